@@ -1,0 +1,274 @@
+"""Inventory + group data -> a validated per-host, per-GPU plan.
+
+The plan is what every later step reads: the deploy applies it, verify compares hosts with it.
+An impossible plan is refused here, with every problem named, before any host is touched.
+
+>>> plan = build(load("inventories/example.py"))           # doctest: +SKIP
+>>> plan.host("gpu-h100-01").gpus[0].instances[0]         # doctest: +SKIP
+Instance(start=0, size=4, profile='4g.40gb', profile_id=5)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprov import catalog
+from gpuprov.errors import InputError, Problem
+from gpuprov.inventory import InventoryHost, LoadedInventory
+from gpuprov.mig.solver import Instance, solve
+from gpuprov.variables import NOT_SET, VARIABLES, is_ours, suggest
+
+SCHEMA = "gpuprov.plan/v1"
+MODES = ("shared", "mig", "whole_card")
+KUBELET_DEFAULT_MAX_PODS = 110  # kubelet's own default (k8s.md section 5)
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """What one GPU should look like: MIG on or off, its exact instances, its replicas."""
+
+    index: int
+    model: str
+    mig_enabled: bool
+    layout: dict[str, int]
+    instances: tuple[Instance, ...]
+    replicas: int  # 1 unless time-sliced
+
+    def as_dict(self) -> dict:
+        return {"index": self.index, "model": self.model, "mig_enabled": self.mig_enabled,
+                "layout": self.layout, "instances": [i.as_dict() for i in self.instances],
+                "replicas": self.replicas}
+
+
+@dataclass(frozen=True)
+class TimeSlicing:
+    replicas: int
+    rename: bool
+    fail_requests_greater_than_one: bool
+
+    def as_dict(self) -> dict:
+        return {"replicas": self.replicas, "rename": self.rename,
+                "fail_requests_greater_than_one": self.fail_requests_greater_than_one}
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """One host's plan. ``settings`` holds every gpuprov variable, checked, defaults filled in."""
+
+    name: str
+    mode: str
+    groups: tuple[str, ...]
+    gpu_model: str
+    gpu_count: int
+    gpus: tuple[GpuPlan, ...]
+    resources: dict[str, int]
+    kubelet_max_pods: int
+    driver_version: str | None
+    container_runtime: str
+    mig_strategy: str | None
+    time_slicing: TimeSlicing | None
+    settings: dict[str, Any] = field(compare=False)
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name, "mode": self.mode, "groups": list(self.groups),
+            "gpu_model": self.gpu_model, "gpu_count": self.gpu_count,
+            "driver_version": self.driver_version, "container_runtime": self.container_runtime,
+            "mig_strategy": self.mig_strategy,
+            "time_slicing": self.time_slicing.as_dict() if self.time_slicing else None,
+            "kubelet_max_pods": self.kubelet_max_pods,
+            "resources": self.resources,
+            "gpus": [g.as_dict() for g in self.gpus],
+            "settings": self.settings,
+        }
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    inventory: str
+    hosts: tuple[HostPlan, ...]
+
+    def host(self, name: str) -> HostPlan:
+        return next(h for h in self.hosts if h.name == name)
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Cluster-wide count per Kubernetes resource."""
+        total: Counter[str] = Counter()
+        for h in self.hosts:
+            total.update(h.resources)
+        return dict(sorted(total.items()))
+
+    def as_dict(self) -> dict:
+        return {"schema": SCHEMA, "inventory": self.inventory,
+                "hosts": [h.as_dict() for h in self.hosts], "totals": self.totals}
+
+
+def build(inventory: LoadedInventory, limit: set[str] | None = None) -> ClusterPlan:
+    """Plan every host of ``inventory`` that is in a mode group (or only those in ``limit``).
+
+    Raises InputError listing every problem found in the whole inventory.
+    """
+    problems: list[Problem] = []
+    hosts = []
+    for host in inventory.hosts:
+        if limit is not None and host.name not in limit:
+            continue
+        planner = _HostPlanner(inventory, host)
+        plan = planner.plan()
+        problems.extend(planner.problems)
+        if plan is not None:
+            hosts.append(plan)
+    if problems:
+        raise InputError(problems)
+    return ClusterPlan(inventory.path, tuple(hosts))
+
+
+class _HostPlanner:
+    def __init__(self, inventory: LoadedInventory, host: InventoryHost):
+        self.inventory = inventory
+        self.host = host
+        self.problems: list[Problem] = []
+
+    def problem(self, message: str, key: str | None = None, source: str | None = None) -> None:
+        if source is None and key is not None:
+            source = self.inventory.source_of(self.host, key)
+        self.problems.append(Problem(self.inventory.path, message, host=self.host.name,
+                                     source=source, key=key))
+
+    def plan(self) -> HostPlan | None:
+        modes = [g for g in self.host.groups if g in MODES]
+        if len(modes) > 1:
+            self.problem(f"host is in more than one mode group ({', '.join(modes)}); "
+                         "a host has exactly one mode", source="groups")
+            return None
+        if not modes:
+            if "gpu_model" in self.host.data:
+                self.problem("gpu_model is set but the host is in no mode group "
+                             f"({', '.join(MODES)})", key="gpu_model")
+            return None
+        mode = modes[0]
+        settings = self.settings(mode)
+        if self.problems:
+            return None
+        model = catalog.find_model(settings["gpu_model"])
+        count = settings["gpu_count"]
+        if mode == "mig":
+            gpus = self.mig_gpus(model, count, settings)
+        else:
+            replicas = settings["time_slicing_replicas"] if mode == "shared" else 1
+            gpus = tuple(GpuPlan(i, model.alias, False, {}, (), replicas) for i in range(count))
+        if self.problems:
+            return None
+        time_slicing = None
+        if mode == "shared":
+            time_slicing = TimeSlicing(settings["time_slicing_replicas"],
+                                       settings["time_slicing_rename"],
+                                       settings["time_slicing_fail_requests_greater_than_one"])
+        resources = _resources(mode, gpus, time_slicing, settings["mig_strategy"])
+        max_pods = settings["kubelet_max_pods"]
+        if max_pods == "auto":
+            max_pods = KUBELET_DEFAULT_MAX_PODS + sum(g.replicas for g in gpus if g.replicas > 1)
+        settings["gpu_model"] = model.alias
+        return HostPlan(
+            name=self.host.name, mode=mode, groups=self.host.groups, gpu_model=model.alias,
+            gpu_count=count, gpus=gpus, resources=resources, kubelet_max_pods=max_pods,
+            driver_version=settings["driver_version"],
+            container_runtime=settings["container_runtime"],
+            mig_strategy=settings["mig_strategy"] if mode == "mig" else None,
+            time_slicing=time_slicing, settings=settings,
+        )
+
+    def settings(self, mode: str) -> dict[str, Any]:
+        data = self.host.data
+        for key in data:
+            if key in VARIABLES or key.startswith("_"):
+                continue
+            guess = suggest(key)
+            if guess:
+                self.problem(f"unknown key; did you mean {guess}?", key=key)
+            elif is_ours(key):
+                self.problem("unknown gpuprov key (see docs/variables.md)", key=key)
+        settings: dict[str, Any] = {}
+        for name, var in VARIABLES.items():
+            if var.modes and mode not in var.modes:
+                if name in data:
+                    self.problem(f"only hosts in {' or '.join(var.modes)} may set this; "
+                                 f"this host is in {mode}", key=name)
+                continue
+            value = data.get(name, var.default)
+            if value is NOT_SET:
+                self.problem(f"required for every host in {mode}", key=name,
+                             source=f"group {mode}")
+                continue
+            try:
+                settings[name] = var.check(value)
+            except ValueError as e:
+                self.problem(str(e), key=name)
+        settings.setdefault("mig_strategy", None)
+        model = settings.get("gpu_model")
+        if model is not None and catalog.find_model(model) is None:
+            close = catalog.load().close_matches(model)
+            hint = f"; did you mean {' or '.join(close)}?" if close else \
+                f"; known models: {', '.join(catalog.load().models)}"
+            self.problem(f"unknown GPU model {model!r}{hint}", key="gpu_model")
+        elif model is not None and mode == "mig" and not catalog.find_model(model).mig_capable:
+            self.problem(f"{model} does not support MIG; put the host in shared or whole_card",
+                         key="gpu_model")
+        return settings
+
+    def mig_gpus(self, model: catalog.GpuModel, count: int,
+                 settings: dict[str, Any]) -> tuple[GpuPlan, ...]:
+        default = settings["mig_layout"]
+        by_gpu = settings["mig_layout_by_gpu"]
+        if default is None and not by_gpu:
+            self.problem("a host in mig needs mig_layout or mig_layout_by_gpu", key="mig_layout",
+                         source="group mig")
+            return ()
+        for index in by_gpu:
+            if index >= count:
+                self.problem(f"GPU index {index} does not exist (gpu_count is {count})",
+                             key="mig_layout_by_gpu")
+        gpus = []
+        for index in range(count):
+            key = "mig_layout_by_gpu" if index in by_gpu else "mig_layout"
+            layout = {p: c for p, c in (by_gpu.get(index, default) or {}).items() if c}
+            fit = solve(model, layout)
+            if not fit.fits:
+                where = f"GPU {index}: " if key == "mig_layout_by_gpu" else ""
+                self.problem(f"{where}{_layout_text(layout)} does not fit {model.alias}: "
+                             f"{fit.reason}", key=key)
+                continue
+            gpus.append(GpuPlan(index, model.alias, bool(layout), layout, fit.instances, 1))
+        if settings["mig_strategy"] == "single" and gpus:
+            layouts = {tuple(sorted(g.layout.items())) for g in gpus}
+            if len(layouts) > 1 or not gpus[0].layout or len(gpus[0].layout) > 1:
+                self.problem("mig_strategy single needs MIG on every GPU with one identical "
+                             "single-profile layout (the device plugin refuses mixed device "
+                             "types); use mixed", key="mig_strategy")
+        return tuple(gpus)
+
+
+def _layout_text(layout: dict[str, int]) -> str:
+    return " + ".join(f"{c} x {p}" for p, c in layout.items()) or "an empty layout"
+
+
+def _resources(mode: str, gpus: tuple[GpuPlan, ...], time_slicing: TimeSlicing | None,
+               mig_strategy: str | None) -> dict[str, int]:
+    """The extended resources the node advertises, by the device plugin's naming rules."""
+    out: Counter[str] = Counter()
+    for gpu in gpus:
+        if mode == "shared":
+            assert time_slicing is not None
+            name = "nvidia.com/gpu.shared" if time_slicing.rename else "nvidia.com/gpu"
+            out[name] += gpu.replicas
+        elif gpu.mig_enabled and mig_strategy == "single":
+            out["nvidia.com/gpu"] += len(gpu.instances)
+        elif gpu.mig_enabled:
+            for instance in gpu.instances:
+                out["nvidia.com/mig-" + instance.profile.replace("+", ".")] += 1
+        else:
+            out["nvidia.com/gpu"] += 1
+    return dict(sorted(out.items()))

@@ -1,0 +1,2 @@
+gpu_model = "H200-141GB"
+gpu_count = 4
