@@ -171,6 +171,11 @@ _VARIABLES = [
              "`kubelet_config_path` in place.", _optional(_str)),
     Variable("kubelet_config_path", "/var/lib/kubelet/config.yaml", "kubelet's main config "
              "file.", _str),
+    # --- gpuprov's own host agent
+    Variable("gpuprov_agent_path", "/usr/lib/gpuprov/agent.pyz", "Where the deploy installs the "
+             "host agent (probe + MIG applier) and where verify runs it.", _str),
+    Variable("gpuprov_python", "python3", "Python interpreter on the host that runs the agent "
+             "(needs only the standard library).", _str),
     # --- Kubernetes node handling
     Variable("kubeconfig", None, "Local kubeconfig: cordon and drain the node around a "
              "disruptive change.", _optional(_str)),
@@ -182,7 +187,7 @@ _VARIABLES = [
 VARIABLES: dict[str, Variable] = {v.name: v for v in _VARIABLES}
 
 # Prefixes that mark a key as gpuprov's: an unknown key with one of them is an error.
-AREAS = ("gpu_", "driver_", "container_", "containerd_", "time_slicing_", "device_plugin_",
+AREAS = ("gpuprov_", "gpu_", "driver_", "container_", "containerd_", "time_slicing_", "device_plugin_",
          "mig_", "kubelet_", "kube_")
 
 

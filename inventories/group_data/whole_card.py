@@ -1,2 +1,0 @@
-gpu_model = "H200-141GB"
-gpu_count = 4

@@ -1,0 +1,1 @@
+"""Jinja2 templates the deploys render, each named after the file it produces."""
