@@ -76,9 +76,9 @@ def _max_pods(value: Any) -> int | str:
     return _int(1)(value)
 
 
-def _layout(value: Any) -> dict[str, int]:
+def _layout(value: Any, allow_empty: bool = False) -> dict[str, int]:
     """A MIG layout: profile name -> count (counts >= 0)."""
-    if not isinstance(value, dict) or not value:
+    if not isinstance(value, dict) or (not value and not allow_empty):
         raise ValueError(f"must be a mapping of MIG profile to count, got {value!r}")
     for profile, count in value.items():
         if not isinstance(profile, str):
@@ -96,7 +96,7 @@ def _layout_by_gpu(value: Any) -> dict[int, dict[str, int]]:
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
             raise ValueError(f"GPU index must be an integer >= 0, got {index!r}")
         try:
-            out[index] = _layout(layout)
+            out[index] = _layout(layout, allow_empty=True)
         except ValueError as e:
             raise ValueError(f"GPU {index}: {e}") from None
     return out

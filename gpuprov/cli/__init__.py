@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from gpuprov.cli import mig, plan
+from gpuprov.cli import verify as verify_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -18,3 +19,4 @@ def main() -> None:
 
 main.add_command(plan.plan)
 main.add_command(mig.mig)
+main.add_command(verify_cmd.verify)

@@ -7,7 +7,14 @@ import sys
 import click
 
 from gpuprov import catalog
-from gpuprov.cli.output import EXIT_BAD_INPUT, EXIT_DRIFT, bad_input, emit_json, format_option, table
+from gpuprov.cli.output import (
+    EXIT_BAD_INPUT,
+    EXIT_DRIFT,
+    bad_input,
+    emit_json,
+    format_option,
+    table,
+)
 from gpuprov.errors import InputError, Problem
 from gpuprov.mig.solver import solve
 

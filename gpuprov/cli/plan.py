@@ -41,32 +41,40 @@ def plan(inventory: str, limit: tuple[str, ...], fmt: str) -> None:
         return
     rows = []
     for host in cluster.hosts:
-        rows.append([host.name, host.mode, f"{host.gpu_count} x {host.gpu_model}",
-                     _gpus_text(host), host.kubelet_max_pods,
-                     ", ".join(f"{k.removeprefix('nvidia.com/')}: {v}"
-                               for k, v in host.resources.items())])
-    click.echo(table(rows, ["host", "mode", "gpus", "layout", "maxPods", "resources"]))
+        sharing = f"x{host.time_slicing.replicas}" if host.time_slicing else ""
+        rows.append([host.name, host.mode, f"{host.gpu_count} x {host.gpu_model}", sharing,
+                     host.kubelet_max_pods,
+                     "\n".join(f"{_short(k)}: {v}" for k, v in host.resources.items())])
+    click.echo(table(rows, ["host", "mode", "gpus", "slicing", "maxPods", "resources"]))
+    layouts = [[host.name, f"GPU {_ranges(ix)}", text]
+               for host in cluster.hosts for text, ix in _layouts(host).items()]
+    if layouts:
+        click.echo()
+        click.echo(table(layouts, ["host", "gpus", "MIG instances (profile@start slot)"]))
     click.echo()
     click.echo(table([[k, v] for k, v in cluster.totals.items()], ["resource", "cluster total"]))
 
 
-def _gpus_text(host: plan_.HostPlan) -> str:
-    if host.mode == "shared":
-        return f"time-sliced x{host.time_slicing.replicas}"
-    if host.mode == "whole_card":
-        return "whole cards"
+def _short(resource: str) -> str:
+    return resource.removeprefix("nvidia.com/")
+
+
+def _layouts(host: plan_.HostPlan) -> dict[str, list[int]]:
+    """Identical GPU layouts of a MIG host grouped: text -> GPU indices."""
     groups: dict[str, list[int]] = {}
-    for gpu in host.gpus:
-        text = " ".join(f"{i.profile}@{i.start}" for i in gpu.instances) or "MIG off"
-        groups.setdefault(text, []).append(gpu.index)
-    return "; ".join(f"GPU {_ranges(ix)}: {text}" for text, ix in groups.items())
+    if host.mode == "mig":
+        for gpu in host.gpus:
+            text = " ".join(f"{i.profile}@{i.start}" for i in gpu.instances) or "MIG off"
+            groups.setdefault(text, []).append(gpu.index)
+    return groups
 
 
 def _ranges(indices: list[int]) -> str:
-    """[0,1,2,5] -> '0-2,5'."""
-    parts, start = [], indices[0]
-    for prev, cur in zip(indices, indices[1:] + [None]):
-        if cur != prev + 1 if cur is not None else True:
-            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
-            start = cur
-    return ",".join(parts)
+    """GPU indices as ranges: [0, 1, 2, 5] -> '0-2,5'."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)

@@ -1,0 +1,98 @@
+"""Planner scale: `gpuprov plan` on a generated inventory of N hosts with 8 GPUs each.
+
+    python bench/plan_scale.py [--hosts 10000] [--repeat 5]
+
+Prints a table (wall time of the whole CLI run, of loading, of planning, time per host) and
+writes bench/results/plan_scale.json. Hosts are spread over the three mode groups; MIG hosts use
+a handful of layouts and per-host overrides, as a real fleet would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tabulate import tabulate
+
+from gpuprov.inventory import load
+from gpuprov.plan import build
+
+LAYOUTS = [
+    {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},
+    {"1g.10gb": 7},
+    {"4g.40gb": 1, "3g.40gb": 1},
+    {"3g.40gb": 2},
+    {"2g.20gb": 3, "1g.10gb": 1},
+]
+
+
+def write_inventory(directory: Path, hosts: int) -> Path:
+    shared, mig, whole = [], [], []
+    for i in range(hosts):
+        name = f"gpu-{i:05d}"
+        if i % 3 == 0:
+            shared.append(name)
+        elif i % 3 == 1:
+            override = {"mig_layout_by_gpu": {i % 8: LAYOUTS[i % len(LAYOUTS)]}}
+            mig.append((name, override) if i % 7 == 1 else name)
+        else:
+            whole.append(name)
+    text = (
+        f"shared = ({shared!r}, {{'gpu_model': 'A100-80GB', 'gpu_count': 8, "
+        f"'time_slicing_replicas': 4}})\n"
+        f"mig = ({mig!r}, {{'gpu_model': 'H100-80GB', 'gpu_count': 8, "
+        f"'mig_layout': {LAYOUTS[0]!r}}})\n"
+        f"whole_card = ({whole!r}, {{'gpu_model': 'H200-141GB', 'gpu_count': 8}})\n"
+    )
+    path = directory / "fleet.py"
+    path.write_text(text)
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_inventory(Path(tmp), args.hosts)
+        cli, loading, planning = [], [], []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "gpuprov", "plan", str(path), "--format",
+                            "json"], check=True, stdout=subprocess.DEVNULL)
+            cli.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            inventory = load(str(path))
+            loading.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            plan = build(inventory)
+            planning.append(time.perf_counter() - start)
+        gpus = sum(h.gpu_count for h in plan.hosts)
+    result = {
+        "hosts": args.hosts, "gpus": gpus, "repeat": args.repeat,
+        "cli_median_s": statistics.median(cli),
+        "load_median_s": statistics.median(loading),
+        "plan_median_s": statistics.median(planning),
+    }
+    result["cli_per_host_us"] = result["cli_median_s"] / args.hosts * 1e6
+    print(tabulate([[f"gpuprov plan --format json ({args.hosts} hosts, {gpus} GPUs)",
+                     f"{result['cli_median_s']:.2f}", f"{result['cli_per_host_us']:.0f}"],
+                    ["  of which: pyinfra inventory load", f"{result['load_median_s']:.2f}", ""],
+                    ["  of which: plan build", f"{result['plan_median_s']:.2f}",
+                     f"{result['plan_median_s'] / args.hosts * 1e6:.0f}"]],
+                   headers=["step (median of %d)" % args.repeat, "seconds", "us/host"]))
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "plan_scale.json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""`python -m gpuprov` runs the CLI."""
+
+from gpuprov.cli import main
+
+main()
