@@ -1,0 +1,243 @@
+"""The host-side MIG applier: make the GPUs match ``/etc/gpuprov/mig-layout.json``.
+
+Runs on the host inside the agent bundle (stdlib + pynvml only), from the deploy and at boot
+(``gpuprov-mig.service``: ``apply --boot``). One NVML session per run. The steps, per the diff of
+``gpuprov/mig/diff.py``:
+
+1. destroy the GIs the diff names (their CIs first) and set the MIG mode where it differs;
+2. create the planned GIs, at their exact placements, on the GPUs whose mode is already right;
+3. reset only the GPUs whose mode change is pending (stopping ``gpu_clients`` if they block it);
+   if the reset is refused, a reboot is reported when ``allow_reboot`` (exit 3), else it fails;
+4. re-read the reset GPUs and create their GIs.
+
+A GPU that already matches is not touched. When NVML fails midway the run stops, reports what it
+did and exits 1; the next run converges because the diff destroys any half-built GI.
+
+>>> run(load("/etc/gpuprov/mig-layout.json"))               # doctest: +SKIP
+(0, {'changed': False, 'reboot_required': False, ...})
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from gpuprov.agent import instances
+from gpuprov.agent.layout import Layout
+from gpuprov.agent.reset import reset
+from gpuprov.mig.diff import MigActions, MigDiffError, diff
+from gpuprov.probe import SIM_ENV_VAR
+from gpuprov.probe import _gpu as read_gpu  # the probe's per-GPU reader: one reading of NVML
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REBOOT = 0, 1, 2, 3
+LOCK_PATH = "/run/lock/gpuprov-mig.lock"
+
+
+class ApplyFailed(Exception):
+    """A step failed; the message says which GPU and what was being done."""
+
+
+@dataclass
+class GpuReport:
+    """What happened to one GPU: ``actions`` in the order done, ``kept`` GIs left untouched."""
+
+    index: int
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "actions": self.actions, "kept": self.kept}
+
+
+@dataclass
+class Report:
+    """The JSON document ``apply`` prints (docs/architecture.md, "apply report")."""
+
+    gpus: dict[int, GpuReport]
+    check: bool
+    reboot_required: bool = False
+    reboot_reason: str | None = None
+    stopped_units: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return any(g.actions for g in self.gpus.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"changed": self.changed, "reboot_required": self.reboot_required,
+                "reboot_reason": self.reboot_reason, "check": self.check, "error": self.error,
+                "stopped_units": list(self.stopped_units),
+                "gpus": [g.as_dict() for g in self.gpus.values()]}
+
+
+def run(layout: Layout, *, boot: bool = False, check: bool = False) -> tuple[int, dict]:
+    """Apply ``layout`` (or only report what would change, with ``check``).
+
+    Returns the exit code and the report: 0 done, 1 failed, 3 a reboot is required and allowed
+    (never from ``boot``, which is what runs after that reboot).
+    """
+    report = Report({g["index"]: GpuReport(g["index"]) for g in layout.gpus}, check)
+    with _exclusive(LOCK_PATH):
+        return _run_locked(layout, report, boot)
+
+
+def _run_locked(layout: Layout, report: Report, boot: bool) -> tuple[int, dict]:
+    try:
+        _init()
+    except pynvml.NVMLError as e:
+        report.error = f"NVML: {e}"
+        return EXIT_FAILED, report.as_dict()
+    try:
+        code = _Applier(layout, report, boot).run()
+    except ApplyFailed as e:
+        report.error = str(e)
+        code = EXIT_FAILED
+    finally:
+        # What was done is done; a failing shutdown changes nothing the report says.
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+    return code, report.as_dict()
+
+
+@contextlib.contextmanager
+def _exclusive(path: str) -> Iterator[None]:
+    """One applier at a time per host: the deploy's run and the boot unit's must not interleave
+    their destroy/create calls."""
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _init() -> None:
+    sim_state = os.environ.get(SIM_ENV_VAR)  # a simulated driver: tests and the lab only
+    if sim_state:
+        # Imported only here: the simulation needs pyyaml and the catalog, hosts have neither.
+        from gpuprov import sim
+
+        sim.install(sim_state)
+    pynvml.nvmlInit()
+
+
+class _Applier:
+    def __init__(self, layout: Layout, report: Report, boot: bool):
+        self.layout = layout
+        self.report = report
+        self.boot = boot
+        self.planned = {g["index"]: g for g in layout.gpus}
+
+    def run(self) -> int:
+        count = self._nvml("count the GPUs", pynvml.nvmlDeviceGetCount)
+        missing = [i for i in self.planned if i >= count]
+        if missing:
+            raise ApplyFailed(f"the layout names GPU {', '.join(map(str, missing))} but the host "
+                              f"has {count} GPU(s)")
+        actions = {i: self._diff(i) for i in self.planned}
+        for i, a in actions.items():
+            self.report.gpus[i].kept = [gi.as_dict() for gi in a.keep]
+        if self.report.check:
+            for i, a in actions.items():
+                self._record_check(i, a)
+            return EXIT_OK
+
+        for i, a in actions.items():
+            self._destroy(i, a)
+            if a.mig_mode is not None:
+                self._set_mode(i, a.mig_mode)
+        for i, a in actions.items():
+            if not a.reset:
+                self._create(i, a)
+        pending = [i for i, a in actions.items() if a.reset]
+        if not pending:
+            return EXIT_OK
+        if not self._reset(pending):
+            return EXIT_REBOOT
+        for i in pending:
+            after = self._diff(i)
+            if after.reset:
+                raise ApplyFailed(f"GPU {i}: MIG mode is still "
+                                  f"{'enabled' if self.planned[i]['mig_enabled'] else 'disabled'}"
+                                  " after the reset")
+            self._destroy(i, after)
+            self._create(i, after)
+        return EXIT_OK
+
+    def _device(self, index: int) -> Any:
+        # Looked up afresh each time: a reset may invalidate handles taken before it.
+        return self._nvml(f"GPU {index}: get its handle", pynvml.nvmlDeviceGetHandleByIndex, index)
+
+    def _diff(self, index: int) -> MigActions:
+        observed = self._nvml(f"GPU {index}: read its MIG state", read_gpu, index)
+        try:
+            return diff(self.planned[index], observed)
+        except MigDiffError as e:
+            raise ApplyFailed(str(e)) from None
+
+    def _record_check(self, index: int, actions: MigActions) -> None:
+        record = self.report.gpus[index].actions
+        record.extend({"action": "destroy", **gi.as_dict()} for gi in actions.destroy)
+        if actions.mig_mode is not None:
+            record.append({"action": "set-mig-mode", "enabled": actions.mig_mode})
+        if actions.reset:
+            record.append({"action": "reset"})
+        record.extend({"action": "create", "gi": None, "ci": None, **t.as_dict()}
+                      for t in actions.create)
+
+    def _destroy(self, index: int, actions: MigActions) -> None:
+        for gi in actions.destroy:
+            self._nvml(f"GPU {index}: destroy GI {gi.id}", instances.destroy,
+                       self._device(index), gi.id)
+            self.report.gpus[index].actions.append({"action": "destroy", **gi.as_dict()})
+
+    def _set_mode(self, index: int, enabled: bool) -> None:
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
+        self._nvml(f"GPU {index}: set MIG mode {'on' if enabled else 'off'}",
+                   pynvml.nvmlDeviceSetMigMode, self._device(index), mode)
+        self.report.gpus[index].actions.append({"action": "set-mig-mode", "enabled": enabled})
+
+    def _create(self, index: int, actions: MigActions) -> None:
+        for target in actions.create:
+            where = f"GPU {index}: create {target.profile} at {target.start}:{target.size}"
+            gi = self._nvml(where, instances.create_gpu_instance, self._device(index), target)
+            record = {"action": "create", "gi": self._nvml(where, instances.gpu_instance_id, gi),
+                      "ci": None, **target.as_dict()}
+            # Recorded before its CI: if the CI fails, the report still names the half-built GI.
+            self.report.gpus[index].actions.append(record)
+            record["ci"] = self._nvml(f"{where}: its compute instance",
+                                      instances.create_full_compute_instance, gi,
+                                      target.compute_slices)
+
+    def _reset(self, indices: list[int]) -> bool:
+        """Reset ``indices``; False when a reboot must finish the job instead."""
+        outcome = reset(indices, self.layout.gpu_clients)
+        self.report.stopped_units = outcome.stopped
+        if outcome.ok:
+            for i in indices:
+                self.report.gpus[i].actions.append({"action": "reset"})
+            return True
+        gpus = ", ".join(map(str, indices))
+        if self.layout.allow_reboot and not self.boot:
+            self.report.reboot_required = True
+            self.report.reboot_reason = (f"GPU {gpus}: the reset was refused "
+                                         f"({outcome.message}); a reboot applies the MIG mode")
+            return False
+        hint = ("stop the processes using the GPU" if self.boot else
+                "stop the processes using the GPU, list their units in mig_gpu_clients, "
+                "or allow a reboot with mig_reboot: true")
+        raise ApplyFailed(f"GPU {gpus}: cannot reset to apply the MIG mode: {outcome.message}; "
+                          f"{hint}")
+
+    def _nvml(self, what: str, function: Any, *args: Any) -> Any:
+        try:
+            return function(*args)
+        except (pynvml.NVMLError, instances.InstanceError) as e:
+            raise ApplyFailed(f"{what}: {e}") from None

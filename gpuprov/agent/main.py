@@ -1,0 +1,56 @@
+"""The agent's command line: ``python3 agent.pyz probe ...`` and ``python3 agent.pyz apply ...``.
+
+``apply`` prints the JSON report and exits 0 (done), 1 (failed), 2 (bad input: one message on
+stderr) or 3 (a reboot is required and allowed).
+
+>>> main(["apply", "--layout", "/etc/gpuprov/mig-layout.json", "--check"])  # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DEFAULT_LAYOUT = "/etc/gpuprov/mig-layout.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["probe"]:
+        from gpuprov import probe
+
+        return probe.main(args[1:])
+    parser = _parser()
+    options = parser.parse_args(args)
+    return _apply(options.layout, boot=options.boot, check=options.check)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent.pyz", description="gpuprov host-side agent.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{probe,apply}")
+    commands.add_parser("probe", help="print the probe JSON document (see `probe --help`)")
+    apply = commands.add_parser("apply", help="make the GPUs match the MIG layout file")
+    apply.add_argument("--layout", default=DEFAULT_LAYOUT,
+                       help=f"the MIG layout file (default {DEFAULT_LAYOUT})")
+    apply.add_argument("--boot", action="store_true",
+                       help="run from the boot unit: never ask for a reboot")
+    apply.add_argument("--check", action="store_true",
+                       help="only report what would change; change nothing")
+    return parser
+
+
+def _apply(path: str, *, boot: bool, check: bool) -> int:
+    from gpuprov.agent import apply, layout
+
+    try:
+        planned = layout.load(path)
+    except layout.LayoutError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return apply.EXIT_BAD_INPUT
+    code, report = apply.run(planned, boot=boot, check=check)
+    print(json.dumps(report, indent=2))
+    if report["error"]:
+        print(f"error: {report['error']}", file=sys.stderr)
+    return code
