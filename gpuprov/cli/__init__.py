@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import click
 
-from gpuprov.cli import mig, plan
+from gpuprov.cli import mig, plan, probe
 from gpuprov.cli import verify as verify_cmd
+from gpuprov.cli.lab import lab
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -20,3 +21,5 @@ def main() -> None:
 main.add_command(plan.plan)
 main.add_command(mig.mig)
 main.add_command(verify_cmd.verify)
+main.add_command(lab)
+main.add_command(probe.probe)

@@ -20,8 +20,12 @@ _WIDTHS = {"host": 14, "gpu": 3, "check": 17, "expected": 19, "found": 19, "hint
 @click.argument("inventory", type=click.Path(dir_okay=False))
 @limit_option
 @format_option
-@click.option("--snapshot-dir", metavar="DIR", type=click.Path(exists=True, file_okay=False),
-              help="Compare saved probe outputs DIR/<host>.json instead of connecting.")
+@click.option(
+    "--snapshot-dir",
+    metavar="DIR",
+    type=click.Path(exists=True, file_okay=False),
+    help="Compare saved probe outputs DIR/<host>.json instead of connecting.",
+)
 @bad_input
 def verify(inventory: str, limit: tuple[str, ...], fmt: str, snapshot_dir: str | None) -> None:
     """Compare every host of INVENTORY with its plan; exit 1 if any drifts or is unreachable."""
@@ -43,8 +47,15 @@ def verify(inventory: str, limit: tuple[str, ...], fmt: str, snapshot_dir: str |
 
 
 def _row(finding: Finding) -> list[str]:
-    cells = {"host": finding.host, "gpu": "" if finding.gpu is None else str(finding.gpu),
-             "check": finding.check, "expected": finding.expected, "found": finding.found,
-             "hint": finding.hint}
-    return [textwrap.fill(cells[column], width, break_on_hyphens=False)
-            for column, width in _WIDTHS.items()]
+    cells = {
+        "host": finding.host,
+        "gpu": "" if finding.gpu is None else str(finding.gpu),
+        "check": finding.check,
+        "expected": finding.expected,
+        "found": finding.found,
+        "hint": finding.hint,
+    }
+    return [
+        textwrap.fill(cells[column], width, break_on_hyphens=False)
+        for column, width in _WIDTHS.items()
+    ]

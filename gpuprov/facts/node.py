@@ -1,0 +1,94 @@
+"""Facts about a GPU node, gathered by gpuprov's host agent in one round trip."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api.exceptions import FactProcessError
+from typing_extensions import override
+
+from gpuprov.compare import PROBE_SCHEMA
+
+
+def _agent_missing(error: str) -> str:
+    """The probe document that stands in for an agent that cannot run (docs/architecture.md)."""
+    return json.dumps(
+        {
+            "schema": PROBE_SCHEMA,
+            "nvml": "agent-missing",
+            "error": error,
+            "driver_version": None,
+            "nvml_version": None,
+            "gpus": [],
+        }
+    )
+
+
+class GpuNodeState(FactBase[dict[str, Any]]):
+    """
+    Returns the host's GPU state as the agent's probe reads it: NVML (driver, GPUs, MIG mode,
+    GPU and compute instances with their placements) and the text of the files asked for.
+
+    + agent_path: where the deploy installed the agent (``gpuprov_agent_path``)
+    + python: interpreter that runs it (``gpuprov_python``)
+    + files: paths to read (a missing one is ``None``)
+    + globs: patterns whose every match is read
+
+    When the agent or the interpreter is missing, ``nvml`` is ``"agent-missing"``.
+
+    .. code:: python
+
+        {
+            "schema": "gpuprov.probe/v1",
+            "nvml": "ok",
+            "error": None,
+            "driver_version": "550.127.05",
+            "nvml_version": "12.550.127.05",
+            "gpus": [{
+                "index": 0, "uuid": "GPU-…", "name": "NVIDIA A100-SXM4-80GB",
+                "memory_total_mib": 81920, "pci_bus_id": "00000000:07:00.0",
+                "mig": {"current": True, "pending": True},
+                "gpu_instances": [{
+                    "id": 1, "profile_id": 9, "profile": "3g.40gb", "start": 4, "size": 4,
+                    "compute_instances": [{"id": 0, "profile_id": 2, "slice_count": 3}],
+                }],
+            }],
+            "files": {"/etc/nvidia/device-plugin/config.yaml": "version: v1\\n…"},
+        }
+    """
+
+    default = dict
+
+    @override
+    def command(
+        self,
+        agent_path: str,
+        python: str = "python3",
+        files: Sequence[str] = (),
+        globs: Sequence[str] = (),
+    ) -> StringCommand:
+        probe: list[Any] = [QuoteString(python), QuoteString(agent_path), "probe"]
+        for path in files:
+            probe += ["--file", QuoteString(path)]
+        for pattern in globs:
+            # Quoted: the probe expands the pattern itself, so a pattern with no match is fine.
+            probe += ["--glob", QuoteString(pattern)]
+        shell: list[Any] = ["if", "[", "!", "-f", QuoteString(agent_path), "];", "then"]
+        shell += ["echo", QuoteString(_agent_missing(f"no agent at {agent_path}")), ";"]
+        shell += ["elif", "!", "command", "-v", QuoteString(python), ">/dev/null", "2>&1;", "then"]
+        shell += ["echo", QuoteString(_agent_missing(f"no {python} to run the agent")), ";"]
+        shell += ["else", *probe, ";", "fi"]
+        return StringCommand(*shell)
+
+    @override
+    def process(self, output: list[str]) -> dict[str, Any]:
+        try:
+            document = json.loads("\n".join(output))
+        except ValueError as e:
+            raise FactProcessError(f"the agent printed no JSON ({e}): {output[0][:200]}") from None
+        if not isinstance(document, dict):
+            raise FactProcessError(f"the agent printed {type(document).__name__}, not an object")
+        return document
