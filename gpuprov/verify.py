@@ -4,7 +4,7 @@ Live, each host costs one round trip: pyinfra connects to all hosts in parallel,
 ``GpuNodeState`` fact per host runs the agent's probe with that host's own paths, all in
 pyinfra's gevent pool at once.
 
->>> cluster = load_plan("inventories/example.py", ())              # doctest: +SKIP
+>>> loaded, cluster = load_plan("inventories/example.py", ())              # doctest: +SKIP
 >>> results = verify_live("inventories/example.py", cluster.hosts)  # doctest: +SKIP
 >>> {name: host_status(findings) for name, findings in results.items()}   # doctest: +SKIP
 {'gpu-a100-01': 'ok', ...}
@@ -67,9 +67,8 @@ class _ConnectErrors(BaseStateCallback):
         self.errors[host.name] = str(error.args[0] if error.args else error)
 
 
-def verify_live(inventory_path: str, plans: Sequence[HostPlan]) -> Results:
+def verify_live(loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan]) -> Results:
     """Connect to every host of ``plans``, read its state in one round trip, compare."""
-    loaded = inventory_.load(inventory_path)
     by_name = {h.name: h for h in loaded.pyinfra}
     hosts = [by_name[p.name] for p in plans]
     state = State(inventory=loaded.pyinfra, config=Config(), initial_limit=hosts)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +31,7 @@ from gpuprov.agent import instances
 from gpuprov.agent.layout import Layout
 from gpuprov.agent.reset import reset
 from gpuprov.mig.diff import MigActions, MigDiffError, diff
-from gpuprov.probe import SIM_ENV_VAR
-from gpuprov.probe import _gpu as read_gpu  # the probe's per-GPU reader: one reading of NVML
+from gpuprov.probe import init_nvml, read_gpu  # one way into NVML for probe and applier
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REBOOT = 0, 1, 2, 3
 LOCK_PATH = "/run/lock/gpuprov-mig.lock"
@@ -90,7 +88,7 @@ def run(layout: Layout, *, boot: bool = False, check: bool = False) -> tuple[int
 
 def _run_locked(layout: Layout, report: Report, boot: bool) -> tuple[int, dict]:
     try:
-        _init()
+        init_nvml()
     except pynvml.NVMLError as e:
         report.error = f"NVML: {e}"
         return EXIT_FAILED, report.as_dict()
@@ -116,16 +114,6 @@ def _exclusive(path: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _init() -> None:
-    sim_state = os.environ.get(SIM_ENV_VAR)  # a simulated driver: tests and the lab only
-    if sim_state:
-        # Imported only here: the simulation needs pyyaml and the catalog, hosts have neither.
-        from gpuprov import sim
-
-        sim.install(sim_state)
-    pynvml.nvmlInit()
 
 
 class _Applier:

@@ -15,7 +15,9 @@ limit_option = click.option("--limit", "limit", metavar="PATTERN", multiple=True
                             help="Only hosts whose name or group matches (glob; repeatable).")
 
 
-def load_plan(inventory_path: str, limit: tuple[str, ...]) -> plan_.ClusterPlan:
+def load_plan(
+    inventory_path: str, limit: tuple[str, ...]
+) -> tuple[inventory_.LoadedInventory, plan_.ClusterPlan]:
     """Load and plan ``inventory_path``; ``limit`` patterns match host names or groups."""
     loaded = inventory_.load(inventory_path)
     selected = None
@@ -25,7 +27,7 @@ def load_plan(inventory_path: str, limit: tuple[str, ...]) -> plan_.ClusterPlan:
         if not selected:
             raise InputError([Problem(inventory_path, f"--limit {' '.join(limit)} matches no "
                                                       "host")])
-    return plan_.build(loaded, selected)
+    return loaded, plan_.build(loaded, selected)
 
 
 @click.command()
@@ -35,7 +37,7 @@ def load_plan(inventory_path: str, limit: tuple[str, ...]) -> plan_.ClusterPlan:
 @bad_input
 def plan(inventory: str, limit: tuple[str, ...], fmt: str) -> None:
     """Show the plan for INVENTORY; exit 2 (touching nothing) if it is impossible."""
-    cluster = load_plan(inventory, limit)
+    _, cluster = load_plan(inventory, limit)
     if fmt == "json":
         emit_json(cluster.as_dict())
         return

@@ -29,11 +29,11 @@ _WIDTHS = {"host": 14, "gpu": 3, "check": 17, "expected": 19, "found": 19, "hint
 @bad_input
 def verify(inventory: str, limit: tuple[str, ...], fmt: str, snapshot_dir: str | None) -> None:
     """Compare every host of INVENTORY with its plan; exit 1 if any drifts or is unreachable."""
-    cluster = load_plan(inventory, limit)
+    loaded, cluster = load_plan(inventory, limit)
     if snapshot_dir:
         results = verify_.verify_snapshots(snapshot_dir, cluster.hosts)
     else:
-        results = verify_.verify_live(inventory, cluster.hosts)
+        results = verify_.verify_live(loaded, cluster.hosts)
     report = verify_report(results)
     if fmt == "json":
         emit_json(report)

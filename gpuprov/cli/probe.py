@@ -1,0 +1,41 @@
+"""`gpuprov probe`: run the host probe here (the same code the agent runs on GPU hosts)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from gpuprov import probe as host_probe
+
+
+@click.command()
+@click.option(
+    "--file",
+    "files",
+    multiple=True,
+    metavar="PATH",
+    help="Include this file's text (repeatable; missing files are null).",
+)
+@click.option(
+    "--glob",
+    "globs",
+    multiple=True,
+    metavar="PATTERN",
+    help="Include every file matching PATTERN (repeatable).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json"]),
+    default="json",
+    show_default=True,
+    help="Output format.",
+)
+def probe(files: tuple[str, ...], globs: tuple[str, ...], fmt: str) -> None:
+    """Print NVML's view of this host (driver, GPUs, MIG instances) as gpuprov.probe/v1 JSON.
+
+    Exits 0 even without a driver: the document says why NVML is unavailable.
+    """
+    argv = [f"--file={path}" for path in files] + [f"--glob={pattern}" for pattern in globs]
+    sys.exit(host_probe.main([*argv, f"--format={fmt}"]))

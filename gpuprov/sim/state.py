@@ -1,0 +1,197 @@
+"""The simulated driver's state file (schema ``gpuprov.sim/v1``): what the "hardware" holds.
+
+Every process that touches the simulated GPUs (the probe, the applier, ``nvidia-smi``, the lab's
+boot unit) reads and writes the same JSON file. A change is a read-modify-write under an exclusive
+``flock`` on a sidecar ``<state>.lock`` file, and the new text replaces the old with ``os.replace``,
+so concurrent processes neither lose updates nor ever see a half-written file.
+
+>>> import tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "gpus.json")
+>>> write_new(path, new_state("A100-80GB", 2, seed="lab-1"))
+>>> with transaction(path) as state:
+...     state["gpus"][0]["mig_pending"] = True
+>>> reboot(load(path))["gpus"][0]["mig_current"]
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from gpuprov import catalog
+
+SCHEMA = "gpuprov.sim/v1"
+DEFAULT_DRIVER_VERSION = "550.127.05"
+_UUID_NAMESPACE = uuid.UUID("5a1c0d3e-6f0b-4c8e-9a43-6770757072f6")
+
+State = dict[str, Any]
+
+
+class StateError(Exception):
+    """The state file is missing, unreadable or not ``gpuprov.sim/v1``."""
+
+
+def new_state(
+    model: str,
+    count: int,
+    seed: str,
+    driver_version: str = DEFAULT_DRIVER_VERSION,
+) -> State:
+    """A freshly booted host with ``count`` GPUs of catalog ``model``, MIG off, no instances.
+
+    UUIDs and PCI bus ids depend only on ``seed`` and the index, so a lab host named ``seed``
+    gets the same GPUs every time it is rebuilt.
+
+    >>> new_state("L40S", 1, seed="h")["gpus"][0]["pci_bus_id"]
+    '00000000:07:00.0'
+    """
+    gpu_model = catalog.find_model(model)
+    if gpu_model is None:
+        raise StateError(f"unknown GPU model {model!r}; known: {', '.join(catalog.load().models)}")
+    if count < 1:
+        raise StateError(f"a host needs at least one GPU, not {count}")
+    return {
+        "schema": SCHEMA,
+        "driver": {"loaded": True, "version": driver_version},
+        "gpus": [new_gpu(gpu_model.alias, index, seed) for index in range(count)],
+        "faults": {"fail_after": None},
+    }
+
+
+def new_gpu(model: str, index: int, seed: str) -> dict[str, Any]:
+    """One GPU as the state file holds it (see ``new_state``)."""
+    return {
+        "index": index,
+        "model": model,
+        "uuid": f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{seed}/{index}')}",
+        # Bus numbers spaced like the slots of an 8-GPU baseboard; only uniqueness matters.
+        "pci_bus_id": f"00000000:{0x07 + 0x10 * index:02X}:00.0",
+        "mig_current": False,
+        "mig_pending": False,
+        "gpu_instances": [],
+        "busy": False,
+        "held_by": [],
+    }
+
+
+def load(path: str) -> State:
+    """The state in ``path`` (a consistent snapshot: writers replace the file atomically)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    except FileNotFoundError:
+        raise StateError(f"{path}: no simulated driver state (run `gpuprov-sim init`)") from None
+    except (OSError, ValueError) as e:
+        raise StateError(f"{path}: cannot read simulated driver state: {e}") from None
+    if not isinstance(state, dict) or state.get("schema") != SCHEMA:
+        raise StateError(f"{path}: not a {SCHEMA} state file")
+    return state
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Hold the exclusive lock of ``path`` (its sidecar ``.lock`` file) for the block."""
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def transaction(path: str) -> Iterator[State]:
+    """Load ``path`` under the lock, yield it for changes, save it if it changed.
+
+    Nothing is written when the block raises, so a failed change leaves the file as it was.
+    """
+    with locked(path):
+        state = load(path)
+        before = copy.deepcopy(state)
+        yield state
+        if state != before:
+            _replace(path, state)
+
+
+def write_new(path: str, state: State) -> None:
+    """Write ``state`` to ``path`` under the lock, replacing any previous state."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with locked(path):
+        _replace(path, state)
+
+
+def _replace(path: str, state: State) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".gpuprov-sim-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(state, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def reboot(state: State) -> State:
+    """Apply a host reboot: pending MIG mode becomes current, every GI and CI is gone.
+
+    MIG mode survives a reboot, MIG devices do not (mig.md (a), "Persistence"; k8s-device-plugin
+    #225). Processes do not survive either, so ``busy`` clears; systemd units in ``held_by``
+    start again at boot and keep holding the GPU.
+    """
+    for gpu in state["gpus"]:
+        _reset(gpu)
+        gpu["busy"] = False
+    return state
+
+
+def reset_gpu(state: State, index: int) -> str | None:
+    """Reset GPU ``index`` like ``nvidia-smi -r``; the reason it is refused, or None when done.
+
+    A reset is refused while any client holds the GPU (mig.md (a): "Any driver client blocks the
+    reset"); on success the pending MIG mode becomes current and all instances are gone.
+    """
+    gpu = state["gpus"][index]
+    if holders(gpu):
+        return "In use by another client"
+    _reset(gpu)
+    return None
+
+
+def holders(gpu: dict[str, Any]) -> list[str]:
+    """Who holds ``gpu`` open now: ``"process"`` when busy, plus each active ``held_by`` unit."""
+    found = ["process"] if gpu.get("busy") else []
+    return found + [unit for unit in gpu.get("held_by", []) if unit_active(unit)]
+
+
+def unit_active(unit: str) -> bool:
+    """Is systemd unit ``unit`` active? Without a running systemd, a listed unit counts as active.
+
+    The fallback keeps the rule deterministic in containers and on CI machines without systemd:
+    listing a unit in ``held_by`` then simply means "held".
+    """
+    if not os.path.isdir("/run/systemd/system") or shutil.which("systemctl") is None:
+        return True
+    result = subprocess.run(["systemctl", "is-active", "--quiet", unit], check=False)
+    return result.returncode == 0
+
+
+def _reset(gpu: dict[str, Any]) -> None:
+    gpu["mig_current"] = gpu["mig_pending"]
+    gpu["gpu_instances"] = []
