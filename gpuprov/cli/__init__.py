@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import click
 
-from gpuprov.cli import mig, plan, probe
-from gpuprov.cli import verify as verify_cmd
-from gpuprov.cli.lab import lab
+from gpuprov.cli import lab, mig, plan, probe, variables, verify
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -18,8 +16,5 @@ def main() -> None:
     """Plan, deploy and verify GPU nodes: time-slicing, MIG layouts, whole cards."""
 
 
-main.add_command(plan.plan)
-main.add_command(mig.mig)
-main.add_command(verify_cmd.verify)
-main.add_command(lab)
-main.add_command(probe.probe)
+for command in (plan.plan, mig.mig, verify.verify, probe.probe, lab.lab, variables.variables):
+    main.add_command(command)
