@@ -10,6 +10,7 @@ Instance(start=0, size=4, profile='4g.40gb', profile_id=5)
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,14 +114,20 @@ def build(inventory: LoadedInventory, limit: set[str] | None = None) -> ClusterP
     """
     problems: list[Problem] = []
     hosts = []
+    # Hosts with the same groups and host data get the same plan: plan the first of each kind
+    # and reuse it (a fleet of thousands has a handful of kinds).
+    planned: dict[tuple, tuple[HostPlan | None, list[Problem]]] = {}
     for host in inventory.hosts:
         if limit is not None and host.name not in limit:
             continue
-        planner = _HostPlanner(inventory, host)
-        plan = planner.plan()
-        problems.extend(planner.problems)
+        kind = (host.groups, repr(sorted(host.host_data.items())))
+        if kind not in planned:
+            planner = _HostPlanner(inventory, host)
+            planned[kind] = (planner.plan(), planner.problems)
+        plan, kind_problems = planned[kind]
+        problems.extend(dataclasses.replace(p, host=host.name) for p in kind_problems)
         if plan is not None:
-            hosts.append(plan)
+            hosts.append(dataclasses.replace(plan, name=host.name))
     if problems:
         raise InputError(problems)
     return ClusterPlan(inventory.path, tuple(hosts))

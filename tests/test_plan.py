@@ -111,9 +111,19 @@ def test_identical_layouts_are_solved_once(tmp_path, count):
     from gpuprov.mig.solver import _solve
 
     _solve.cache_clear()
-    plan_of(tmp_path, f"""
-        mig = (["n{count}a", "n{count}b"], {{"gpu_model": "A30-24GB", "gpu_count": 4,
-                                          "mig_layout": {{"1g.6gb": {count}}}}})
+    # Two hosts that differ (so each is planned) but share one layout on all 4 GPUs.
+    plan = plan_of(tmp_path, f"""
+        mig = (["n{count}a", ("n{count}b", {{"kubelet_max_pods": 300}})],
+               {{"gpu_model": "A30-24GB", "gpu_count": 4, "mig_layout": {{"1g.6gb": {count}}}}})
     """)
     info = _solve.cache_info()
     assert info.misses == 1 and info.hits == 2 * 4 - 1
+    assert plan.host(f"n{count}b").kubelet_max_pods == 300
+
+
+def test_hosts_of_one_kind_share_one_plan_under_their_own_names(tmp_path):
+    plan = plan_of(tmp_path, """
+        whole_card = (["a", "b", "c"], {"gpu_model": "T4", "gpu_count": 2})
+    """)
+    assert [h.name for h in plan.hosts] == ["a", "b", "c"]
+    assert plan.host("a").gpus is plan.host("c").gpus
