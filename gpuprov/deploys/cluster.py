@@ -1,0 +1,101 @@
+"""The plan of the whole inventory, built once per pyinfra run from the live inventory.
+
+pyinfra runs the deploy file once per host; the plan is built on the first call and kept for
+the run (keyed by the pyinfra State). An impossible plan stops the run before any operation,
+with the messages and exit code of ``gpuprov plan``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+from pyinfra.api import State
+
+from gpuprov.errors import InputError, Problem
+from gpuprov.inventory import InventoryHost, LoadedInventory
+from gpuprov.plan import ClusterPlan, build
+
+EXIT_BAD_INPUT = 2
+_KEY_FILES = ("driver_repo_key", "container_toolkit_repo_key")
+# (state, plan) of the current run; the State itself is kept, so a later run never mistakes it.
+_cached: tuple[State, ClusterPlan] | None = None
+
+
+def inventory_path(state: State) -> str:
+    """The inventory file of this run (``inventory`` when it cannot be told).
+
+    pyinfra keeps no record of it, and click's context lives in the main greenlet only, so the
+    command line is parsed again with pyinfra's own click command; the answer is trusted only
+    if it is a file that pyinfra made a group of (it names a group after the file)."""
+    from pyinfra_cli.cli import cli
+
+    try:
+        with cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True) as context:
+            path = context.params.get("inventory")
+    except click.ClickException:
+        path = None
+    if path and Path(path).is_file() and Path(path).stem in state.inventory.groups:
+        return str(path)
+    return "inventory"
+
+
+def loaded(state: State) -> LoadedInventory:
+    """The live pyinfra inventory in the shape the planner reads."""
+    inventory = state.inventory
+    hosts = []
+    for host in inventory:
+        groups = tuple(g for g in dict.fromkeys(host.groups) if not g.startswith("@"))
+        hosts.append(
+            InventoryHost(
+                host.name, groups, host.data.dict(), dict(inventory.get_host_data(host.name))
+            )
+        )
+    path = inventory_path(state)
+    return LoadedInventory(path, hosts, inventory, Path(path).parent / "group_data")
+
+
+def cluster_plan(state: State) -> ClusterPlan:
+    """The plan for ``state``'s inventory; on bad input, print every problem and exit 2."""
+    global _cached
+    if _cached is not None and _cached[0] is state:
+        return _cached[1]
+    inventory = loaded(state)
+    try:
+        plan = build(inventory)
+        _check_local_files(inventory, plan)
+    except InputError as e:
+        for problem in e.problems:
+            click.echo(f"error: {problem}", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Not sys.exit: this runs in one of pyinfra's per-host greenlets, where gevent reports
+        # a SystemExit with tracebacks. Nothing has run on any host yet.
+        os._exit(EXIT_BAD_INPUT)
+    _cached = (state, plan)
+    return plan
+
+
+def _check_local_files(inventory: LoadedInventory, plan: ClusterPlan) -> None:
+    """Files the deploy reads on the controller (repository keys) must exist."""
+    problems = []
+    for host in plan.hosts:
+        for key in _KEY_FILES:
+            path = host.settings[key]
+            if path and not Path(path).expanduser().is_file():
+                source = inventory.source_of(
+                    next(h for h in inventory.hosts if h.name == host.name), key
+                )
+                problems.append(
+                    Problem(
+                        inventory.path,
+                        f"file not found: {path}",
+                        host=host.name,
+                        source=source,
+                        key=key,
+                    )
+                )
+    if problems:
+        raise InputError(problems)

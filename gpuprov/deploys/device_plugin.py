@@ -1,0 +1,50 @@
+"""The NVIDIA device plugin's config: time-slicing on ``shared`` hosts, the MIG strategy on
+``mig`` hosts, none on ``whole_card`` hosts; the plugin re-reads it only when it changed."""
+
+from __future__ import annotations
+
+from pyinfra.api import deploy
+from pyinfra.operations import server
+
+from gpuprov.deploys.render import render
+from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
+from gpuprov.plan import HostPlan
+
+
+def config_text(plan: HostPlan) -> str | None:
+    """The config file for the plan's mode; None when the host should have none."""
+    if plan.mode == "whole_card":
+        return None
+    return render(
+        "device-plugin-config.yaml.j2",
+        host=plan.name,
+        mode=plan.mode,
+        mig_strategy=plan.mig_strategy or "none",
+        time_slicing=plan.time_slicing,
+    )
+
+
+def watch(settings: dict) -> Watch:
+    return Watch(paths=(settings["device_plugin_config_path"],))
+
+
+@deploy("Device plugin config")
+def device_plugin(view: HostView) -> None:
+    path = view.settings["device_plugin_config_path"]
+    text = config_text(view.plan)
+    what = {
+        "shared": f"time-slicing x{view.plan.time_slicing.replicas}"
+        if view.plan.time_slicing
+        else "",
+        "mig": f"MIG {view.plan.mig_strategy}",
+        "whole_card": "none (whole cards)",
+    }[view.plan.mode]
+    op = ensure_file(
+        view, f"device plugin config: {what}", path, text or "", present=text is not None
+    )
+    if op:
+        server.shell(
+            name="device plugin re-reads its config",
+            commands=[view.settings["device_plugin_reload_command"]],
+            _if=changed(op),
+        )

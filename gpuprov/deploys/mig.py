@@ -1,0 +1,112 @@
+"""MIG: the host agent, the planned layout file, the boot unit that rebuilds it, and the
+incremental apply (with the reboot the agent may ask for). Hosts outside ``mig`` get MIG off."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyinfra.api import deploy
+from pyinfra.operations import server, systemd
+
+from gpuprov.agent.bundle import build_bundle
+from gpuprov.agent.layout import SCHEMA as LAYOUT_SCHEMA
+from gpuprov.deploys.render import render
+from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
+from gpuprov.operations.mig import applied, differences, reboot_requested
+from gpuprov.operations.units import service
+from gpuprov.plan import HostPlan
+
+LAYOUT = "/etc/gpuprov/mig-layout.json"
+UNIT = "gpuprov-mig.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+MIG_OFF = "/run/gpuprov/mig-off.json"  # a one-off layout; hosts outside `mig` keep none
+
+
+def document(plan: HostPlan) -> dict[str, Any]:
+    """The host's mig-layout.json (schema gpuprov.mig-layout/v1); MIG off outside ``mig``."""
+    mig = plan.mode == "mig"
+    return {
+        "schema": LAYOUT_SCHEMA,
+        "gpus": [
+            {
+                "index": g.index,
+                "mig_enabled": g.mig_enabled and mig,
+                "instances": [i.as_dict() for i in g.instances] if mig else [],
+            }
+            for g in plan.gpus
+        ],
+        "gpu_clients": plan.settings["mig_gpu_clients"],
+        "allow_reboot": plan.settings["mig_reboot"],
+    }
+
+
+def layout_text(plan: HostPlan) -> str:
+    return json.dumps(document(plan), indent=2) + "\n"
+
+
+def watch(settings: dict, mode: str) -> Watch:
+    out = Watch(paths=(settings["gpuprov_agent_path"],))
+    if mode == "mig":
+        out += Watch(paths=(LAYOUT, UNIT_PATH), units=(UNIT,))
+    return out
+
+
+def pending_actions(view: HostView):
+    """The MIG actions the node needs (None: the node state cannot tell yet)."""
+    return differences(document(view.plan), view.node)
+
+
+@deploy("gpuprov agent")
+def agent(view: HostView) -> None:
+    ensure_file(
+        view,
+        "host agent (probe + MIG applier)",
+        view.settings["gpuprov_agent_path"],
+        build_bundle(),
+    )
+
+
+@deploy("MIG layout")
+def mig_layout(view: HostView) -> None:
+    settings = view.settings
+    agent_path, python = settings["gpuprov_agent_path"], settings["gpuprov_python"]
+    ensure_file(view, f"MIG layout {LAYOUT}", LAYOUT, layout_text(view.plan))
+    unit = ensure_file(
+        view,
+        f"boot unit {UNIT}",
+        UNIT_PATH,
+        render("gpuprov-mig.service.j2", python=python, agent=agent_path, layout=LAYOUT),
+    )
+    if unit:
+        systemd.daemon_reload(name="systemd daemon-reload", _if=changed(unit))
+    if view.units.get(UNIT, {}).get("enabled") != "enabled":
+        service(name=f"{UNIT} enabled at boot", units=[UNIT], running=None)
+    _apply(view, LAYOUT, upload=False, reboot=settings["mig_reboot"])
+
+
+@deploy("MIG off")
+def mig_off(view: HostView) -> None:
+    _apply(view, MIG_OFF, upload=True, reboot=view.settings["mig_reboot"])
+
+
+def _apply(view: HostView, path: str, upload: bool, reboot: bool) -> None:
+    if pending_actions(view) == []:
+        return
+    settings = view.settings
+    kwargs = dict(
+        document=document(view.plan),
+        layout_path=path,
+        agent_path=settings["gpuprov_agent_path"],
+        python=settings["gpuprov_python"],
+        upload=upload,
+    )
+    first = applied(name="MIG as planned (incremental)", **kwargs)
+    if reboot:
+        restart = server.reboot(
+            name="reboot: the MIG mode change needs it (mig_reboot)",
+            delay=5,
+            reboot_timeout=600,
+            _if=lambda: reboot_requested(first),
+        )
+        applied(name="MIG as planned, after the reboot", _if=changed(restart), **kwargs)

@@ -1,0 +1,60 @@
+"""One GPU host brought to its plan: every concern, in the order the changes must happen."""
+
+from __future__ import annotations
+
+from pyinfra.api import deploy
+
+from gpuprov.deploys import device_plugin, driver, kubelet, mig, regroup, runtime
+from gpuprov.deploys.drain import drain, uncordon
+from gpuprov.deploys.preflight import preflight
+from gpuprov.deploys.view import HostView, Watch
+from gpuprov.operations.mig import disruptive
+from gpuprov.plan import HostPlan
+
+
+def watch(plan: HostPlan) -> Watch:
+    """Everything the deploy steps compare, for the one snapshot read."""
+    s = plan.settings
+    return (
+        driver.watch(s)
+        + runtime.watch(s)
+        + mig.watch(s, plan.mode)
+        + regroup.watch(plan.mode)
+        + device_plugin.watch(s)
+        + kubelet.watch(s)
+    )
+
+
+def disruptions(view: HostView) -> list[str]:
+    """Why this run would disturb running pods (empty when it would not)."""
+    reasons = []
+    if driver.changes(view):
+        reasons.append(f"driver change to {view.settings['driver_version']}")
+    actions = mig.pending_actions(view)
+    if actions and disruptive(actions):
+        reasons.append("MIG change on GPU " + ", ".join(str(a.index) for a in actions))
+    return reasons
+
+
+@deploy("GPU node")
+def gpu_node(plan: HostPlan) -> None:
+    hardware = preflight(plan)
+    if hardware is None:
+        return
+    view = HostView(plan, hardware)
+    view.read(watch(plan))
+    reasons = disruptions(view)
+    if reasons:
+        drain(view, reasons)
+    driver.driver(view)
+    runtime.container_runtime(view)
+    mig.agent(view)
+    regroup.leftovers(view)
+    if plan.mode == "mig":
+        mig.mig_layout(view)
+    else:
+        mig.mig_off(view)
+    device_plugin.device_plugin(view)
+    kubelet.kubelet(view)
+    if reasons:
+        uncordon(view)

@@ -1,0 +1,109 @@
+"""What one host's deploy knows before it changes anything: its plan and one snapshot.
+
+The snapshot is read once per host (one round trip for files, packages and units; one for the
+GPU node state; one for the hardware). A deploy step schedules an operation only for what the
+snapshot shows differs from the plan; the scheduled operation reads its own fact again when it
+runs, so the change itself is still decided on the state of that moment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api.operation import OperationMeta
+
+from gpuprov.facts.files import FileState
+from gpuprov.facts.hardware import Hardware
+from gpuprov.facts.node import GpuNodeState
+from gpuprov.facts.snapshot import HostSnapshot
+from gpuprov.operations.files import config_file, is_current
+from gpuprov.plan import HostPlan
+
+MODE = "644"
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What a deploy step wants in the snapshot."""
+
+    paths: tuple[str, ...] = ()
+    read: tuple[str, ...] = ()  # paths whose text is needed (edited in place)
+    packages: tuple[str, ...] = ()
+    units: tuple[str, ...] = ()
+
+    def __add__(self, other: Watch) -> Watch:
+        return Watch(
+            *(
+                tuple(dict.fromkeys(a + b))
+                for a, b in zip(
+                    (self.paths, self.read, self.packages, self.units),
+                    (other.paths, other.read, other.packages, other.units),
+                    strict=True,
+                )
+            )
+        )
+
+
+@dataclass
+class HostView:
+    plan: HostPlan
+    hardware: Hardware
+    files: dict[str, FileState | None] = field(default_factory=dict)
+    packages: dict[str, Any] = field(default_factory=dict)
+    units: dict[str, Any] = field(default_factory=dict)
+    node: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.plan.settings
+
+    def text(self, path: str) -> str | None:
+        state = self.files.get(path)
+        return state["text"] if state else None
+
+    def read(self, watch: Watch) -> None:
+        """Fill in the snapshot (files, packages, units) and the GPU node state."""
+        snapshot = host.get_fact(
+            HostSnapshot,
+            paths=list(watch.paths),
+            read=list(watch.read),
+            packages=list(watch.packages),
+            units=list(watch.units),
+        )
+        self.files, self.packages, self.units = (
+            snapshot["files"],
+            snapshot["packages"],
+            snapshot["units"],
+        )
+        self.node = host.get_fact(
+            GpuNodeState,
+            agent_path=self.settings["gpuprov_agent_path"],
+            python=self.settings["gpuprov_python"],
+        )
+
+
+def ensure_file(
+    view: HostView,
+    name: str,
+    dest: str,
+    content: str | bytes = "",
+    validate: str | None = None,
+    present: bool = True,
+) -> OperationMeta | None:
+    """Schedule ``config_file`` for ``dest`` unless the snapshot shows it already as wanted."""
+    if dest in view.files:
+        current = view.files[dest]
+        data = content.encode() if isinstance(content, str) else content
+        if is_current(current, data, MODE) if present else current is None:
+            return None
+    return config_file(
+        name=name, dest=dest, content=content, mode=MODE, validate=validate, present=present
+    )
+
+
+def changed(*ops: OperationMeta | None):
+    """An ``_if=`` callable: did any of the scheduled operations change something?"""
+    scheduled = [op for op in ops if op is not None]
+    return lambda: any(op.did_change() for op in scheduled)

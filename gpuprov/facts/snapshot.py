@@ -1,0 +1,79 @@
+"""Everything a deploy compares against its plan, in one round trip: files, packages, units.
+
+The deploy reads this once per host at prepare time and schedules an operation only for what
+differs; each scheduled operation then reads its own finer fact again when it runs.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from pyinfra.api import FactBase
+from typing_extensions import override
+
+from gpuprov.facts.files import FileState, files_command, parse_files
+from gpuprov.facts.packages import PackageState, packages_command, parse_packages
+from gpuprov.facts.units import UnitState, parse_units, units_command
+
+_SECTIONS = ("files", "packages", "units")
+
+
+class Snapshot(TypedDict):
+    files: dict[str, FileState | None]
+    packages: dict[str, PackageState]
+    units: dict[str, UnitState]
+
+
+class HostSnapshot(FactBase[Snapshot]):
+    """
+    The state of the named files (text of those in ``read``), packages and systemd units.
+
+    .. code:: python
+
+        {
+            "files": {"/etc/gpuprov/mig-layout.json": None},
+            "packages": {"nvidia-driver-550-server": {"version": "550.127.05-1", "held": True}},
+            "units": {"gpuprov-mig.service": {"enabled": "", "active": "inactive"}},
+        }
+    """
+
+    @staticmethod
+    def default() -> Snapshot:
+        return Snapshot(files={}, packages={}, units={})
+
+    @override
+    def command(
+        self,
+        paths: list[str],
+        read: list[str] | None = None,
+        packages: list[str] | None = None,
+        units: list[str] | None = None,
+    ) -> str:
+        parts = ["echo '@@ files'", files_command(paths, read or ())]
+        if packages:
+            # dpkg-query is absent on non-Debian hosts; the section then stays empty.
+            parts += [
+                "echo '@@ packages'",
+                f"if command -v dpkg-query >/dev/null; then {packages_command(packages)}; fi",
+            ]
+        if units:
+            parts += [
+                "echo '@@ units'",
+                f"if command -v systemctl >/dev/null; then {units_command(units)}; fi",
+            ]
+        return "; ".join(p for p in parts if p)
+
+    @override
+    def process(self, output: list[str]) -> Snapshot:
+        sections: dict[str, list[str]] = {name: [] for name in _SECTIONS}
+        current: list[str] | None = None
+        for line in output:
+            if line.startswith("@@ ") and line[3:] in sections:
+                current = sections[line[3:]]
+            elif current is not None:
+                current.append(line)
+        return Snapshot(
+            files=parse_files(sections["files"]),
+            packages=parse_packages(sections["packages"]),
+            units=parse_units(sections["units"]),
+        )

@@ -1,0 +1,64 @@
+"""kubelet's ``maxPods``, edited in place in its main config file."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+from pyinfra import host
+from pyinfra.api import operation
+
+from gpuprov.facts.files import FileStates
+from gpuprov.operations.failure import refuse
+from gpuprov.operations.files import replace
+
+_MAX_PODS = re.compile(r"^maxPods:.*$", re.MULTILINE)  # top level only: no indentation
+
+
+def with_max_pods(text: str | None, max_pods: int) -> str | None:
+    """``text`` with ``maxPods: N`` replaced (or appended), every other line kept verbatim;
+    None when the result would not be a YAML mapping with that maxPods."""
+    text = text or ""
+    line = f"maxPods: {max_pods}"
+    if _MAX_PODS.search(text):
+        out = _MAX_PODS.sub(line, text, count=1)
+    else:
+        out = text + ("" if not text or text.endswith("\n") else "\n") + line + "\n"
+    try:
+        parsed = yaml.safe_load(out)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(parsed, dict) or parsed.get("maxPods") != max_pods:
+        return None
+    return out
+
+
+@operation()
+def max_pods(path: str, max_pods: int):
+    """
+    Ensure the kubelet config file at ``path`` says ``maxPods: max_pods``; nothing else changes.
+
+    + path: kubelet's main config (``kubelet_config_path``)
+    + max_pods: the wanted value
+
+    **Example:**
+
+    .. code:: python
+
+        max_pods(path="/var/lib/kubelet/config.yaml", max_pods=142)
+    """
+    current = host.get_fact(FileStates, paths=[path], read=[path]).get(path)
+    if current is None:
+        yield refuse(
+            f"{path} does not exist: is the kubelet installed? (or set "
+            "kubelet_config_dir to write a drop-in)"
+        )
+        return
+    wanted = with_max_pods(current["text"], max_pods)
+    if wanted is None:
+        yield refuse(f"{path} is not a YAML mapping where maxPods can be set; fix it by hand")
+        return
+    if wanted == current["text"]:
+        host.noop(f"maxPods already {max_pods} in {path}")
+        return
+    yield from replace(path, wanted, current, "644")

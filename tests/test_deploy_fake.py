@@ -1,0 +1,126 @@
+"""deploys/gpu_node.py across several hosts, on pyinfra's @fake connector (nothing is touched).
+
+The hosts answer the hardware fact with canned ``lspci`` lines; every other command succeeds
+with no output, as on a fresh host.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyinfra.context
+import pytest
+from click.testing import CliRunner
+from pyinfra_cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = "deploys/gpu_node.py"
+
+
+def probe(count: int, mig_on: tuple[int, ...] = ()) -> str:
+    """The agent's probe: NVML answers, MIG on (and no instances) on the GPUs in ``mig_on``."""
+    gpus = [
+        {"index": i, "mig": {"current": i in mig_on, "pending": i in mig_on}, "gpu_instances": []}
+        for i in range(count)
+    ]
+    return json.dumps({"schema": "gpuprov.probe/v1", "nvml": "ok", "error": None, "gpus": gpus})
+
+
+def lspci(device: str, count: int) -> list[str]:
+    return ["@@ lspci"] + [
+        f'0000:{i + 7:02x}:00.0 "0302" "10de" "{device}" -ra1 "10de" "1463"' for i in range(count)
+    ]
+
+
+INVENTORY = """
+_fast = {{"fake_delay": 0, "fake_delay_jitter": 0}}
+shared = (
+    [("@fake/gpu-a100", {{**_fast, "fake_responses": {{"lspci -Dnmm": {a100},
+                                                      "agent.pyz probe": {a100_probe!r}}}}}),
+     ("@fake/gpu-wrong", {{**_fast, "fake_responses": {{"lspci -Dnmm": {h200}}}}})],
+    {{"gpu_model": "A100-80GB", "gpu_count": 8, "time_slicing_replicas": {replicas}}},
+)
+whole_card = (
+    [("@fake/gpu-h200", {{**_fast, "fake_responses": {{"lspci -Dnmm": {h200},
+                                                      "agent.pyz probe": {h200_probe!r}}}}})],
+    {{"gpu_model": "H200-141GB", "gpu_count": 4, "kubelet_config_dir": "/etc/kubernetes/kubelet.conf.d"}},
+)
+"""
+
+
+def write_inventory(tmp_path: Path, replicas: int = 4) -> Path:
+    path = tmp_path / "cluster.py"
+    path.write_text(
+        INVENTORY.format(
+            a100=lspci("20b2", 8),
+            h200=lspci("2335", 4),
+            a100_probe=probe(8, mig_on=(0,)),
+            h200_probe=probe(4),
+            replicas=replicas,
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def deployed(tmp_path, monkeypatch):
+    """Run the deploy in-process; return (exit code, output, {host: commands it ran})."""
+    inventory = write_inventory(tmp_path)
+    argv = ["-y", str(inventory), DEPLOY]
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["pyinfra", *argv])
+    result = CliRunner().invoke(cli, argv, catch_exceptions=False)
+    hosts = {h.name: list(h.connector.executed_commands) for h in pyinfra.context.state.inventory}
+    return result.exit_code, result.output, hosts
+
+
+def test_a_host_failing_preflight_is_not_changed_and_the_others_proceed(deployed):
+    code, _, commands = deployed
+    assert code == 1  # pyinfra: some host failed
+    # The wrong host only ran its hardware fact (at prepare, and again in the pre-flight op).
+    assert commands["@fake/gpu-wrong"]
+    assert all("lspci -Dnmm" in c for c in commands["@fake/gpu-wrong"])
+    for good in ("@fake/gpu-a100", "@fake/gpu-h200"):
+        assert any("99-nvidia.toml.gpuprov-tmp" in c for c in commands[good]), good
+
+
+def test_mig_is_turned_off_only_where_the_probe_shows_it_on(deployed):
+    _, _, commands = deployed
+    mig_off = "agent.pyz apply --layout /run/gpuprov/mig-off.json"
+    assert any(mig_off in c for c in commands["@fake/gpu-a100"])
+    assert not any(mig_off in c for c in commands["@fake/gpu-h200"])
+
+
+def test_each_mode_gets_its_own_files(deployed):
+    _, _, commands = deployed
+    shared = "\n".join(commands["@fake/gpu-a100"])
+    whole = "\n".join(commands["@fake/gpu-h200"])
+    assert "/etc/nvidia/device-plugin/config.yaml" in shared
+    assert "pkill -HUP -x nvidia-device-plugin" in shared
+    assert "/etc/kubernetes/kubelet.conf.d/.50-gpuprov.conf.gpuprov-tmp" in whole
+    assert "systemctl restart kubelet.service" in whole
+
+
+def test_an_impossible_plan_exits_2_before_any_command(tmp_path):
+    inventory = write_inventory(tmp_path, replicas=1)
+    deploy = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "-vv", str(inventory), DEPLOY],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    plan = subprocess.run(
+        [sys.executable, "-m", "gpuprov", "plan", str(inventory)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert deploy.returncode == plan.returncode == 2
+    errors = [line for line in deploy.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == plan.stderr.splitlines()
+    assert errors and all(f"{inventory}: host " in e for e in errors)
+    assert ">>>" not in deploy.stdout + deploy.stderr  # -vv echoes every command it runs
+    assert "Traceback" not in deploy.stdout + deploy.stderr
