@@ -1,0 +1,48 @@
+#!/bin/bash
+# base.sh DIR MIRROR NODE_FILES: build the lab's read-only base rootfs at DIR (atomically).
+#
+# Debian bookworm minbase + systemd, sshd, python3, containerd and the stand-ins for the parts a
+# Kubernetes GPU node already has before gpuprov runs (kubelet, nvidia-device-plugin), all from
+# NODE_FILES. Every lab host is an overlay on top of this directory.
+#
+#   bash gpuprov/lab/base.sh /var/tmp/gpuprov-lab-base-1a2b3c4d http://deb.debian.org gpuprov/lab/node
+set -euo pipefail
+
+BASE=$1 MIRROR=$2 NODE=$3
+GW=10.200.0.1 PROXY_PORT=13142
+TMP=$BASE.tmp
+
+rm -rf "$TMP"
+mmdebstrap --quiet --variant=minbase \
+  --include=systemd,systemd-sysv,dbus,openssh-server,python3,python3-yaml,iproute2,procps,kmod,ca-certificates,containerd,runc \
+  bookworm "$TMP" \
+  "deb $MIRROR/debian bookworm main" \
+  "deb $MIRROR/debian bookworm-updates main" \
+  "deb $MIRROR/debian-security bookworm-security main"
+
+rm -f "$TMP"/etc/ssh/ssh_host_*                     # generated per host (ed25519 only: fast)
+echo "nameserver $GW" > "$TMP/etc/resolv.conf"      # nothing answers there: lookups fail at once
+# apt reaches Debian through the lab's apt-cacher-ng (the hosts have no route out) and the lab's
+# own repository on the bridge address directly.
+cat > "$TMP/etc/apt/apt.conf.d/01gpuprov-lab-proxy" <<CONF
+Acquire::http::Proxy "http://$GW:$PROXY_PORT";
+Acquire::http::Proxy::$GW "DIRECT";
+CONF
+# Without these, every host's first `apt-get update` adds ~110 MB of translations and caches.
+printf 'Acquire::Languages "none";\nDir::Cache::srcpkgcache "";\n' \
+  > "$TMP/etc/apt/apt.conf.d/02gpuprov-lab-slim"
+
+# The node parts a Kubernetes GPU node already has.
+install -m755 "$NODE/kubelet" "$TMP/usr/bin/kubelet"
+install -m755 "$NODE/nvidia-device-plugin" "$TMP/usr/bin/nvidia-device-plugin"
+install -m755 "$NODE/lspci" "$TMP/usr/local/bin/lspci"   # lists the per-host simulated PCI bus
+install -m644 "$NODE/kubelet.service" "$NODE/nvidia-device-plugin.service" \
+  "$TMP/etc/systemd/system/"
+install -d "$TMP/var/lib/kubelet" "$TMP/etc/kubernetes/kubelet.conf.d" "$TMP/etc/nvidia/device-plugin"
+install -m644 "$NODE/kubelet-config.yaml" "$TMP/var/lib/kubelet/config.yaml"
+systemctl --root="$TMP" --quiet enable kubelet.service nvidia-device-plugin.service containerd.service
+# Units that cannot work in a container (no udev, no kernel modules) would mark hosts degraded.
+systemctl --root="$TMP" --quiet mask systemd-udevd.service systemd-modules-load.service \
+  2>/dev/null || true
+
+mv "$TMP" "$BASE"

@@ -1,0 +1,123 @@
+"""One lab host: an overlay on the base, its own network namespace, systemd booted by nspawn.
+
+``start`` mounts the host's overlay, writes what makes it this host (name, addresses, SSH keys,
+simulated hardware) and boots it through ``launcher.sh``; ``stop`` powers it off cleanly and
+kills whatever is left, by pid, before unmounting.
+
+>>> nspawn_argv(RunDir(Path("/tmp/gpuprov-lab")).host("lab-a100-01"), "lab-a100-01", 1)[:3]
+['systemd-nspawn', '--quiet', '--directory=/tmp/gpuprov-lab/hosts/lab-a100-01/root']
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from gpuprov.lab import hardware, network, procs
+from gpuprov.lab.errors import LabError
+from gpuprov.lab.rundir import HostDir, RunDir
+from gpuprov.lab.spec import LabHost
+
+LAUNCHER = Path(__file__).with_name("launcher.sh")
+
+
+def start(run: RunDir, host: LabHost, base: Path) -> None:
+    """Create, configure and boot ``host``; returns once systemd-nspawn runs (not yet SSH)."""
+    hd = run.host(host.name)
+    for d in (hd.upper, hd.work, hd.root):
+        d.mkdir(parents=True, exist_ok=True)
+    network.add_host(host.index, host.ip)
+    _mount(base, hd)
+    root = hd.root
+    (root / "etc/hostname").write_text(host.name + "\n")
+    (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{host.ip} {host.name}\n")
+    ssh = root / "root/.ssh"
+    ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+    shutil.copyfile(run.key.with_suffix(".pub"), ssh / "authorized_keys")
+    (ssh / "authorized_keys").chmod(0o600)
+    # ed25519 only: an RSA host key would cost ~0.6 s per host.
+    subprocess.run(
+        [
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            host.name,
+            "-f",
+            str(root / "etc/ssh/ssh_host_ed25519_key"),
+        ],
+        check=True,
+    )
+    hardware.install(host, root)
+    procs.start(
+        ["bash", str(LAUNCHER), str(hd.nspawn_pid), *nspawn_argv(hd, host.name, host.index)],
+        hd.launcher_pid,
+        log=hd.console,
+    )
+
+
+def nspawn_argv(hd: HostDir, name: str, index: int) -> list[str]:
+    # --register=no and --keep-unit: the machine's PID 1 need not be systemd (no machined, no
+    # system bus); --resolv-conf=off keeps the base's resolv.conf that points at nothing.
+    return [
+        "systemd-nspawn",
+        "--quiet",
+        f"--directory={hd.root}",
+        f"--machine={name}",
+        "--boot",
+        f"--network-namespace-path={network.netns_path(index)}",
+        "--register=no",
+        "--keep-unit",
+        "--resolv-conf=off",
+        "--console=passive",
+    ]
+
+
+def stop(hd: HostDir) -> None:
+    """Power the host off (SIGTERM to nspawn), kill leftovers by pid, unmount its overlay."""
+    # The launcher first, or it would boot the host again; then an orderly poweroff.
+    procs.stop(hd.launcher_pid, sig=signal.SIGKILL)
+    procs.stop(hd.nspawn_pid, sig=signal.SIGTERM, timeout=15.0)
+    if _mounted(hd.root):
+        result = subprocess.run(["umount", str(hd.root)], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise LabError(f"umount {hd.root}: {result.stderr.strip()}")
+
+
+def _mount(base: Path, hd: HostDir) -> None:
+    result = subprocess.run(
+        [
+            "mount",
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            f"lowerdir={base},upperdir={hd.upper},workdir={hd.work}",
+            str(hd.root),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise LabError(f"mounting the overlay of {hd.path.name}: {result.stderr.strip()}")
+
+
+def _mounted(path: Path) -> bool:
+    return any(
+        line.split()[1] == str(path) for line in Path("/proc/mounts").read_text().splitlines()
+    )
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points at or below ``path`` (what `down` must leave none of)."""
+    prefix = str(path).rstrip("/") + "/"
+    return [
+        line.split()[1]
+        for line in Path("/proc/mounts").read_text().splitlines()
+        if line.split()[1].startswith(prefix)
+    ]

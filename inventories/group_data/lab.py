@@ -1,0 +1,24 @@
+# Every host of inventories/lab.py (pyinfra's group named after the inventory file).
+# Paths follow the lab's run directory (/tmp/gpuprov-lab, or $GPUPROV_LAB_DIR).
+from gpuprov.lab import inventory as lab
+from gpuprov.lab.services import repo_url
+
+# SSH as root with the key of the running lab; host keys are new on every `gpuprov lab up`.
+ssh_user = "root"
+ssh_key = lab.ssh_key()
+ssh_strict_host_key_checking = "off"
+ssh_known_hosts_file = "/dev/null"
+
+# The lab's signed repositories serve 550.127.05 and 550.144.03 (an upgrade to test), and the
+# toolkit at 1.17.8-1 and 1.18.0-1.
+driver_version = "550.127.05"
+driver_repo_url = repo_url("cuda")
+driver_repo_key = lab.repo_key()
+container_runtime = "containerd"
+container_toolkit_version = "1.17.8-1"
+container_toolkit_repo_url = repo_url("libnvidia-container")
+container_toolkit_repo_key = lab.repo_key()
+
+# The lab's kubelet runs with --config-dir; its device plugin is a systemd service.
+kubelet_config_dir = "/etc/kubernetes/kubelet.conf.d"
+device_plugin_reload_command = "systemctl reload nvidia-device-plugin.service"

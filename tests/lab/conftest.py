@@ -1,0 +1,43 @@
+"""The `lab` session fixture: three SSH hosts with simulated GPUs, started once, downed at the end.
+
+Every test marked ``@pytest.mark.lab`` may use it; the lab starts with the first such test and
+is taken down when the session ends. Tests marked ``lab_fresh`` (they need the hosts as `up`
+left them, before any deploy) run before the other lab tests and undo what they change; tests
+marked ``lab_down`` run last: they take the lab down themselves. Needs root (CI runs as root).
+
+    def test_kubelet_runs(lab):
+        assert lab.testinfra("lab-a100-01").service("kubelet").is_running
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuprov.lab.testing import Lab
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "lab_fresh: needs the lab hosts as `up` left them; runs before other lab tests"
+    )
+    config.addinivalue_line("markers", "lab_down: takes the shared lab down; runs last")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Stable sort: fresh-host tests first, then the rest, and the tests that end the shared lab
+    # after every other test of the session.
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("lab_down"):
+            return 2
+        return 0 if item.get_closest_marker("lab_fresh") else 1
+
+    items.sort(key=rank)
+
+
+@pytest.fixture(scope="session")
+def lab() -> Lab:
+    started = Lab.start(hosts=3)
+    try:
+        yield started
+    finally:
+        started.stop()

@@ -1,0 +1,76 @@
+"""`gpuprov lab` as a command: root only, one lab at a time, and `down` leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuprov.lab import network, procs
+
+pytestmark = pytest.mark.lab
+
+
+def gpuprov(lab, *args: str, user: str | None = None) -> subprocess.CompletedProcess:
+    argv = [str(lab.bin / "gpuprov"), "lab", *args] if lab else ["gpuprov", "lab", *args]
+    if user:
+        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+def test_up_as_non_root_says_it_needs_root_and_exits_2(lab):
+    result = gpuprov(lab, "up", user="65534")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: gpuprov lab up: needs root (it creates network namespaces, overlay mounts and "
+        "containers); run it with sudo"
+    ]
+
+
+def test_second_up_with_other_hosts_refuses_and_leaves_the_lab_alone(lab):
+    boot_ids = {h: lab.run(h, "cat /proc/sys/kernel/random/boot_id").stdout for h in lab.names}
+    refused = gpuprov(lab, "up", "--hosts", "2")
+    assert refused.returncode == 2
+    assert "a lab is already running with other hosts" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    same = gpuprov(lab, "up")
+    assert same.returncode == 0, same.stderr
+    assert "a lab with this spec is already up; reusing it" in same.stderr
+    assert {
+        h: lab.run(h, "cat /proc/sys/kernel/random/boot_id").stdout for h in lab.names
+    } == boot_ids
+    status = json.loads(gpuprov(lab, "status", "--format", "json").stdout)
+    assert status["state"] == "up"
+    assert [h["name"] for h in status["hosts"]] == lab.names
+
+
+@pytest.mark.lab_down
+def test_down_leaves_no_process_mount_namespace_or_link(lab):
+    run = lab.run_dir
+    pidfiles = run.pidfiles()
+    pids = [procs.read(f) for f in pidfiles]
+    assert len(pids) == 2 + 2 * len(lab.hosts) and None not in pids
+
+    lab.stop()
+
+    assert [p for p in pids if p is not None and _running(p)] == []
+    assert [
+        line for line in Path("/proc/mounts").read_text().splitlines() if str(run.path) in line
+    ] == []
+    assert network.leftover_namespaces() == [] and network.leftover_veths() == []
+    assert not network.bridge_exists()
+    assert not run.path.exists()
+    again = gpuprov(lab, "down")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(gpuprov(lab, "status", "--format", "json").stdout)["state"] == "down"
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z" and os.path.exists(f"/proc/{pid}")

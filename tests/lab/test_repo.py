@@ -1,0 +1,83 @@
+"""The lab's apt repository: signed, verified by apt, and its simulated driver works."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = [pytest.mark.lab, pytest.mark.lab_fresh]
+
+# apt on a lab host, looking only at one test source directory with its own lists, so these
+# tests neither fetch Debian's indices nor leave sources behind for the deploy to trip over.
+APT = (
+    "apt-get -q -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/tmp/{d}/sources "
+    "-o Dir::State::Lists=/tmp/{d}/lists"
+)
+SIM_PY = (
+    "PYTHONPATH=/usr/lib/nvidia-sim/python python3 -c 'import os, json, pynvml, gpuprov.sim;"
+    'gpuprov.sim.install(os.environ["GPUPROV_NVML_SIM"]); pynvml.nvmlInit();'
+    "h = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())];"
+    "print(json.dumps([pynvml.nvmlDeviceGetName(x) for x in h]))'"
+)
+
+
+def source(host_key: str) -> str:
+    """A deb822 source for the lab's driver repository, as the deploy writes it."""
+    return f"Types: deb\nURIs: http://10.200.0.1:13180/cuda/\nSuites: /\nSigned-By: {host_key}\n"
+
+
+def prepare(lab, host: str, d: str, key_on_host: str) -> None:
+    lab.run(host, f"rm -rf /tmp/{d}; mkdir -p /tmp/{d}/sources /tmp/{d}/lists/partial")
+    lab.run(host, f"cat > /tmp/{d}/sources/lab.sources <<'EOF'\n{source(key_on_host)}EOF")
+
+
+def test_signed_repo_verifies_with_the_lab_key_and_fails_with_another(lab):
+    host = "lab-a100-01"
+    key = lab.run_dir.repo_key.read_text()
+    lab.run(host, f"mkdir -p /tmp/keys && cat > /tmp/keys/lab.asc <<'EOF'\n{key}EOF")
+    prepare(lab, host, "good", "/tmp/keys/lab.asc")
+    good = lab.run(host, APT.format(d="good") + " update")
+    assert "Err" not in good.stdout
+    policy = lab.run(
+        host,
+        APT.format(d="good").replace("apt-get", "apt-cache") + " policy nvidia-driver-550-server",
+    ).stdout
+    assert "550.127.05-1" in policy and "550.144.03-1" in policy
+
+    prepare(lab, host, "bad", "/usr/share/keyrings/debian-archive-keyring.gpg")
+    bad = lab.run(host, APT.format(d="bad") + " update", check=False)
+    assert bad.returncode != 0
+    assert "NO_PUBKEY" in bad.stdout + bad.stderr
+
+
+def test_driver_package_brings_nvidia_smi_and_nvml_that_see_the_host_gpus(lab):
+    key = lab.run_dir.repo_key.read_text()
+    try:
+        for host in lab.hosts:
+            lab.run(host.name, f"mkdir -p /tmp/keys && cat > /tmp/keys/lab.asc <<'EOF'\n{key}EOF")
+            prepare(lab, host.name, "drv", "/tmp/keys/lab.asc")
+            apt = APT.format(d="drv")
+            lab.run(
+                host.name,
+                f"{apt} update && DEBIAN_FRONTEND=noninteractive {apt} install -y "
+                "nvidia-driver-550-server=550.127.05-1",
+            )
+            listing = lab.run(host.name, "nvidia-smi -L").stdout.splitlines()
+            assert len(listing) == host.count
+            names = json.loads(lab.run(host.name, SIM_PY).stdout)
+            assert names == [listing[0].split(": ", 1)[1].split(" (UUID")[0]] * host.count
+            assert host.model.split("-")[0] in names[0]
+            state = json.loads(lab.run(host.name, "cat /var/lib/nvidia-sim/gpus.json").stdout)
+            assert state["driver"] == {"loaded": True, "version": "550.127.05"}
+            assert lab.testinfra(host.name).service("nvidia-persistenced").is_running
+    finally:
+        for host in lab.hosts:
+            lab.run(
+                host.name,
+                "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "
+                "nvidia-driver-550-server; rm -rf /tmp/drv /tmp/good /tmp/bad",
+                check=False,
+            )
+    state = json.loads(lab.run("lab-h100-01", "cat /var/lib/nvidia-sim/gpus.json").stdout)
+    assert state["driver"]["loaded"] is False
