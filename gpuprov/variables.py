@@ -150,8 +150,11 @@ _VARIABLES = [
              "than one shared GPU (`failRequestsGreaterThanOne`).", _bool, modes=("shared",)),
     Variable("device_plugin_config_path", "/etc/nvidia/device-plugin/config.yaml", "Where the "
              "NVIDIA device plugin's config file is written.", _str),
-    Variable("device_plugin_reload_command", "pkill -HUP -x nvidia-device-plugin || true",
-             "Shell command that makes the device plugin re-read its config.", _str),
+    # -f on the command line: the kernel cuts the process name to 15 characters
+    # ("nvidia-device-p"), so `pkill -x nvidia-device-plugin` never matches.
+    Variable("device_plugin_reload_command",
+             "pkill -HUP -f '^(/[^ ]*/)?nvidia-device-plugin( |$)' || true",
+             "Shell command that makes the device plugin re-read its config (SIGHUP).", _str),
     # --- MIG (hosts in `mig`)
     Variable("mig_layout", None, "MIG layout for every GPU: profile -> count (mig-parted "
              "convention).", _optional(_layout), modes=("mig",)),

@@ -20,6 +20,8 @@ from typing import Any
 from gpuprov import catalog
 from gpuprov.lab.errors import LabError
 from gpuprov.lab.packages import SIM_STATE
+
+SIM_ENV_LINE = f"GPUPROV_NVML_SIM={SIM_STATE}"
 from gpuprov.lab.spec import LabHost
 
 PCI_FILE = "/usr/local/share/gpuprov-lab/pci.json"
@@ -73,6 +75,14 @@ def install(host: LabHost, root: Path) -> None:
         host.name,
     )
     _admin("--state", str(state), "driver", "--unloaded")
+    # Where NVML finds these GPUs is part of the machine, not of the driver package: SSH sessions
+    # opened before the driver is installed (pyinfra keeps its first one) must find them after.
+    # Until the driver package marks the state loaded, NVML answers DRIVER_NOT_LOADED.
+    environment = root / "etc" / "environment"
+    line = f"{SIM_ENV_LINE}\n"
+    text = environment.read_text() if environment.exists() else ""
+    if line not in text:
+        environment.write_text(text + line)
     gpus = json.loads(state.read_text())["gpus"]
     pci = root / PCI_FILE.lstrip("/")
     pci.parent.mkdir(parents=True, exist_ok=True)
