@@ -65,8 +65,11 @@ def main() -> int:
         cli, loading, planning = [], [], []
         for _ in range(args.repeat):
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "gpuprov", "plan", str(path), "--format",
-                            "json"], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, "-m", "gpuprov", "plan", str(path), "--format", "json"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             cli.append(time.perf_counter() - start)
             start = time.perf_counter()
             inventory = load(str(path))
@@ -76,18 +79,32 @@ def main() -> int:
             planning.append(time.perf_counter() - start)
         gpus = sum(h.gpu_count for h in plan.hosts)
     result = {
-        "hosts": args.hosts, "gpus": gpus, "repeat": args.repeat,
+        "hosts": args.hosts,
+        "gpus": gpus,
+        "repeat": args.repeat,
         "cli_median_s": statistics.median(cli),
         "load_median_s": statistics.median(loading),
         "plan_median_s": statistics.median(planning),
     }
     result["cli_per_host_us"] = result["cli_median_s"] / args.hosts * 1e6
-    print(tabulate([[f"gpuprov plan --format json ({args.hosts} hosts, {gpus} GPUs)",
-                     f"{result['cli_median_s']:.2f}", f"{result['cli_per_host_us']:.0f}"],
-                    ["  of which: pyinfra inventory load", f"{result['load_median_s']:.2f}", ""],
-                    ["  of which: plan build", f"{result['plan_median_s']:.2f}",
-                     f"{result['plan_median_s'] / args.hosts * 1e6:.0f}"]],
-                   headers=["step (median of %d)" % args.repeat, "seconds", "us/host"]))
+    print(
+        tabulate(
+            [
+                [
+                    f"gpuprov plan --format json ({args.hosts} hosts, {gpus} GPUs)",
+                    f"{result['cli_median_s']:.2f}",
+                    f"{result['cli_per_host_us']:.0f}",
+                ],
+                ["  of which: pyinfra inventory load", f"{result['load_median_s']:.2f}", ""],
+                [
+                    "  of which: plan build",
+                    f"{result['plan_median_s']:.2f}",
+                    f"{result['plan_median_s'] / args.hosts * 1e6:.0f}",
+                ],
+            ],
+            headers=[f"step (median of {args.repeat})", "seconds", "us/host"],
+        )
+    )
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "plan_scale.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -61,18 +61,23 @@ def load(path: str, override_data: dict[str, Any] | None = None) -> LoadedInvent
     try:
         # pyinfra's loader records the file it executes on the current State.
         with ctx_state.use(State(check_for_changes=False)):
-            inventory = make_inventory(str(file), override_data=override_data,
-                                       cwd=str(file.parent.resolve()))
+            inventory = make_inventory(
+                str(file), override_data=override_data, cwd=str(file.parent.resolve())
+            )
     except UnexpectedExternalError as e:
         raise InputError([_python_error(e.filename, e.exception)]) from None
     except SyntaxError as e:
-        raise InputError([Problem(e.filename or path, f"line {e.lineno}: SyntaxError: {e.msg}")]) \
-            from None
+        raise InputError(
+            [Problem(e.filename or path, f"line {e.lineno}: SyntaxError: {e.msg}")]
+        ) from None
     hosts = []
     for host in inventory:
         groups = tuple(dict.fromkeys(host.groups))  # pyinfra may list a group twice
-        hosts.append(InventoryHost(host.name, groups, host.data.dict(),
-                                   dict(inventory.get_host_data(host.name))))
+        hosts.append(
+            InventoryHost(
+                host.name, groups, host.data.dict(), dict(inventory.get_host_data(host.name))
+            )
+        )
     return LoadedInventory(path, hosts, inventory, file.parent / "group_data")
 
 
@@ -82,8 +87,9 @@ def _python_error(filename: str, error: BaseException) -> Problem:
     if isinstance(error, SyntaxError):
         line = error.lineno
     else:
-        for frame in traceback.extract_tb(getattr(error, "_traceback", None) or
-                                          error.__traceback__):
+        for frame in traceback.extract_tb(
+            getattr(error, "_traceback", None) or error.__traceback__
+        ):
             if frame.filename == filename:
                 line = frame.lineno
     where = f"line {line}: " if line else ""

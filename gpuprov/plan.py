@@ -38,9 +38,14 @@ class GpuPlan:
     replicas: int  # 1 unless time-sliced
 
     def as_dict(self) -> dict:
-        return {"index": self.index, "model": self.model, "mig_enabled": self.mig_enabled,
-                "layout": self.layout, "instances": [i.as_dict() for i in self.instances],
-                "replicas": self.replicas}
+        return {
+            "index": self.index,
+            "model": self.model,
+            "mig_enabled": self.mig_enabled,
+            "layout": self.layout,
+            "instances": [i.as_dict() for i in self.instances],
+            "replicas": self.replicas,
+        }
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,11 @@ class TimeSlicing:
     fail_requests_greater_than_one: bool
 
     def as_dict(self) -> dict:
-        return {"replicas": self.replicas, "rename": self.rename,
-                "fail_requests_greater_than_one": self.fail_requests_greater_than_one}
+        return {
+            "replicas": self.replicas,
+            "rename": self.rename,
+            "fail_requests_greater_than_one": self.fail_requests_greater_than_one,
+        }
 
 
 @dataclass(frozen=True)
@@ -74,9 +82,13 @@ class HostPlan:
 
     def as_dict(self) -> dict:
         return {
-            "name": self.name, "mode": self.mode, "groups": list(self.groups),
-            "gpu_model": self.gpu_model, "gpu_count": self.gpu_count,
-            "driver_version": self.driver_version, "container_runtime": self.container_runtime,
+            "name": self.name,
+            "mode": self.mode,
+            "groups": list(self.groups),
+            "gpu_model": self.gpu_model,
+            "gpu_count": self.gpu_count,
+            "driver_version": self.driver_version,
+            "container_runtime": self.container_runtime,
             "mig_strategy": self.mig_strategy,
             "time_slicing": self.time_slicing.as_dict() if self.time_slicing else None,
             "kubelet_max_pods": self.kubelet_max_pods,
@@ -103,8 +115,12 @@ class ClusterPlan:
         return dict(sorted(total.items()))
 
     def as_dict(self) -> dict:
-        return {"schema": SCHEMA, "inventory": self.inventory,
-                "hosts": [h.as_dict() for h in self.hosts], "totals": self.totals}
+        return {
+            "schema": SCHEMA,
+            "inventory": self.inventory,
+            "hosts": [h.as_dict() for h in self.hosts],
+            "totals": self.totals,
+        }
 
 
 def build(inventory: LoadedInventory, limit: set[str] | None = None) -> ClusterPlan:
@@ -142,19 +158,25 @@ class _HostPlanner:
     def problem(self, message: str, key: str | None = None, source: str | None = None) -> None:
         if source is None and key is not None:
             source = self.inventory.source_of(self.host, key)
-        self.problems.append(Problem(self.inventory.path, message, host=self.host.name,
-                                     source=source, key=key))
+        self.problems.append(
+            Problem(self.inventory.path, message, host=self.host.name, source=source, key=key)
+        )
 
     def plan(self) -> HostPlan | None:
         modes = [g for g in self.host.groups if g in MODES]
         if len(modes) > 1:
-            self.problem(f"host is in more than one mode group ({', '.join(modes)}); "
-                         "a host has exactly one mode", source="groups")
+            self.problem(
+                f"host is in more than one mode group ({', '.join(modes)}); "
+                "a host has exactly one mode",
+                source="groups",
+            )
             return None
         if not modes:
             if "gpu_model" in self.host.data:
-                self.problem("gpu_model is set but the host is in no mode group "
-                             f"({', '.join(MODES)})", key="gpu_model")
+                self.problem(
+                    f"gpu_model is set but the host is in no mode group ({', '.join(MODES)})",
+                    key="gpu_model",
+                )
             return None
         mode = modes[0]
         settings = self.settings(mode)
@@ -171,21 +193,30 @@ class _HostPlanner:
             return None
         time_slicing = None
         if mode == "shared":
-            time_slicing = TimeSlicing(settings["time_slicing_replicas"],
-                                       settings["time_slicing_rename"],
-                                       settings["time_slicing_fail_requests_greater_than_one"])
+            time_slicing = TimeSlicing(
+                settings["time_slicing_replicas"],
+                settings["time_slicing_rename"],
+                settings["time_slicing_fail_requests_greater_than_one"],
+            )
         resources = _resources(mode, gpus, time_slicing, settings["mig_strategy"])
         max_pods = settings["kubelet_max_pods"]
         if max_pods == "auto":
             max_pods = KUBELET_DEFAULT_MAX_PODS + sum(g.replicas for g in gpus if g.replicas > 1)
         settings["gpu_model"] = model.alias
         return HostPlan(
-            name=self.host.name, mode=mode, groups=self.host.groups, gpu_model=model.alias,
-            gpu_count=count, gpus=gpus, resources=resources, kubelet_max_pods=max_pods,
+            name=self.host.name,
+            mode=mode,
+            groups=self.host.groups,
+            gpu_model=model.alias,
+            gpu_count=count,
+            gpus=gpus,
+            resources=resources,
+            kubelet_max_pods=max_pods,
             driver_version=settings["driver_version"],
             container_runtime=settings["container_runtime"],
             mig_strategy=settings["mig_strategy"] if mode == "mig" else None,
-            time_slicing=time_slicing, settings=settings,
+            time_slicing=time_slicing,
+            settings=settings,
         )
 
     def settings(self, mode: str) -> dict[str, Any]:
@@ -202,13 +233,15 @@ class _HostPlanner:
         for name, var in VARIABLES.items():
             if var.modes and mode not in var.modes:
                 if name in data:
-                    self.problem(f"only hosts in {' or '.join(var.modes)} may set this; "
-                                 f"this host is in {mode}", key=name)
+                    self.problem(
+                        f"only hosts in {' or '.join(var.modes)} may set this; "
+                        f"this host is in {mode}",
+                        key=name,
+                    )
                 continue
             value = data.get(name, var.default)
             if value is NOT_SET:
-                self.problem(f"required for every host in {mode}", key=name,
-                             source=f"group {mode}")
+                self.problem(f"required for every host in {mode}", key=name, source=f"group {mode}")
                 continue
             try:
                 settings[name] = var.check(value)
@@ -218,26 +251,37 @@ class _HostPlanner:
         model = settings.get("gpu_model")
         if model is not None and catalog.find_model(model) is None:
             close = catalog.load().close_matches(model)
-            hint = f"; did you mean {' or '.join(close)}?" if close else \
-                f"; known models: {', '.join(catalog.load().models)}"
+            hint = (
+                f"; did you mean {' or '.join(close)}?"
+                if close
+                else f"; known models: {', '.join(catalog.load().models)}"
+            )
             self.problem(f"unknown GPU model {model!r}{hint}", key="gpu_model")
         elif model is not None and mode == "mig" and not catalog.find_model(model).mig_capable:
-            self.problem(f"{model} does not support MIG; put the host in shared or whole_card",
-                         key="gpu_model")
+            self.problem(
+                f"{model} does not support MIG; put the host in shared or whole_card",
+                key="gpu_model",
+            )
         return settings
 
-    def mig_gpus(self, model: catalog.GpuModel, count: int,
-                 settings: dict[str, Any]) -> tuple[GpuPlan, ...]:
+    def mig_gpus(
+        self, model: catalog.GpuModel, count: int, settings: dict[str, Any]
+    ) -> tuple[GpuPlan, ...]:
         default = settings["mig_layout"]
         by_gpu = settings["mig_layout_by_gpu"]
         if default is None and not by_gpu:
-            self.problem("a host in mig needs mig_layout or mig_layout_by_gpu", key="mig_layout",
-                         source="group mig")
+            self.problem(
+                "a host in mig needs mig_layout or mig_layout_by_gpu",
+                key="mig_layout",
+                source="group mig",
+            )
             return ()
         for index in by_gpu:
             if index >= count:
-                self.problem(f"GPU index {index} does not exist (gpu_count is {count})",
-                             key="mig_layout_by_gpu")
+                self.problem(
+                    f"GPU index {index} does not exist (gpu_count is {count})",
+                    key="mig_layout_by_gpu",
+                )
         gpus = []
         for index in range(count):
             key = "mig_layout_by_gpu" if index in by_gpu else "mig_layout"
@@ -245,16 +289,21 @@ class _HostPlanner:
             fit = solve(model, layout)
             if not fit.fits:
                 where = f"GPU {index}: " if key == "mig_layout_by_gpu" else ""
-                self.problem(f"{where}{_layout_text(layout)} does not fit {model.alias}: "
-                             f"{fit.reason}", key=key)
+                self.problem(
+                    f"{where}{_layout_text(layout)} does not fit {model.alias}: {fit.reason}",
+                    key=key,
+                )
                 continue
             gpus.append(GpuPlan(index, model.alias, bool(layout), layout, fit.instances, 1))
         if settings["mig_strategy"] == "single" and gpus:
             layouts = {tuple(sorted(g.layout.items())) for g in gpus}
             if len(layouts) > 1 or not gpus[0].layout or len(gpus[0].layout) > 1:
-                self.problem("mig_strategy single needs MIG on every GPU with one identical "
-                             "single-profile layout (the device plugin refuses mixed device "
-                             "types); use mixed", key="mig_strategy")
+                self.problem(
+                    "mig_strategy single needs MIG on every GPU with one identical "
+                    "single-profile layout (the device plugin refuses mixed device "
+                    "types); use mixed",
+                    key="mig_strategy",
+                )
         return tuple(gpus)
 
 
@@ -262,8 +311,9 @@ def _layout_text(layout: dict[str, int]) -> str:
     return " + ".join(f"{c} x {p}" for p, c in layout.items()) or "an empty layout"
 
 
-def _resources(mode: str, gpus: tuple[GpuPlan, ...], time_slicing: TimeSlicing | None,
-               mig_strategy: str | None) -> dict[str, int]:
+def _resources(
+    mode: str, gpus: tuple[GpuPlan, ...], time_slicing: TimeSlicing | None, mig_strategy: str | None
+) -> dict[str, int]:
     """The extended resources the node advertises, by the device plugin's naming rules."""
     out: Counter[str] = Counter()
     for gpu in gpus:

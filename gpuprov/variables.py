@@ -104,94 +104,234 @@ def _layout_by_gpu(value: Any) -> dict[int, dict[str, int]]:
 
 _VARIABLES = [
     # --- hardware: the plan is checked against these, and the deploy refuses a host that differs
-    Variable("gpu_model", NOT_SET, "GPU model alias (`A100-80GB`, `H100-80GB`, `H200-141GB`, ...) "
-             "or NVML product name. Required.", _str),
+    Variable(
+        "gpu_model",
+        NOT_SET,
+        "GPU model alias (`A100-80GB`, `H100-80GB`, `H200-141GB`, ...) "
+        "or NVML product name. Required.",
+        _str,
+    ),
     Variable("gpu_count", NOT_SET, "Number of GPUs in the host. Required.", _int(1)),
     # --- driver
-    Variable("driver_version", None, "Pinned NVIDIA driver version (`550.127.05`); None leaves "
-             "the driver unmanaged.", _optional(_str)),
-    Variable("driver_packages", ["nvidia-driver-{branch}-server"], "Driver packages to install "
-             "and hold; `{branch}` is the driver version's first field.", _str_list),
-    Variable("driver_package_version", "{version}-1", "Debian version string of the driver "
-             "packages; `{version}` is `driver_version`.", _str),
-    Variable("driver_repo_url", None, "APT repository of the driver packages (deb822 `URIs`); "
-             "None uses the host's configured repositories.", _optional(_str)),
+    Variable(
+        "driver_version",
+        None,
+        "Pinned NVIDIA driver version (`550.127.05`); None leaves the driver unmanaged.",
+        _optional(_str),
+    ),
+    Variable(
+        "driver_packages",
+        ["nvidia-driver-{branch}-server"],
+        "Driver packages to install and hold; `{branch}` is the driver version's first field.",
+        _str_list,
+    ),
+    Variable(
+        "driver_package_version",
+        "{version}-1",
+        "Debian version string of the driver packages; `{version}` is `driver_version`.",
+        _str,
+    ),
+    Variable(
+        "driver_repo_url",
+        None,
+        "APT repository of the driver packages (deb822 `URIs`); "
+        "None uses the host's configured repositories.",
+        _optional(_str),
+    ),
     Variable("driver_repo_suite", "/", "deb822 `Suites` of the driver repository.", _str),
-    Variable("driver_repo_components", [], "deb822 `Components` of the driver repository.",
-             _str_list),
-    Variable("driver_repo_key", None, "Local path of the repository's signing key (armored or "
-             "binary); installed as the source's `signed-by` keyring.", _optional(_str)),
+    Variable(
+        "driver_repo_components", [], "deb822 `Components` of the driver repository.", _str_list
+    ),
+    Variable(
+        "driver_repo_key",
+        None,
+        "Local path of the repository's signing key (armored or "
+        "binary); installed as the source's `signed-by` keyring.",
+        _optional(_str),
+    ),
     Variable("driver_reboot", False, "Allow a reboot when a driver change needs one.", _bool),
-    Variable("driver_fabric_manager", False, "The host has NVSwitches: install and enable "
-             "nvidia-fabricmanager of the same version.", _bool),
+    Variable(
+        "driver_fabric_manager",
+        False,
+        "The host has NVSwitches: install and enable nvidia-fabricmanager of the same version.",
+        _bool,
+    ),
     Variable("driver_persistenced", True, "Enable the nvidia-persistenced daemon.", _bool),
     # --- container runtime
-    Variable("container_runtime", "containerd", "`containerd` or `docker`.",
-             _choice("containerd", "docker")),
+    Variable(
+        "container_runtime",
+        "containerd",
+        "`containerd` or `docker`.",
+        _choice("containerd", "docker"),
+    ),
     Variable("container_runtime_default", True, "Make `nvidia` the default runtime.", _bool),
-    Variable("container_toolkit_version", None, "Pinned nvidia-container-toolkit Debian version "
-             "(`1.17.8-1`); None leaves the toolkit unmanaged.", _optional(_str)),
-    Variable("container_toolkit_repo_url", None, "APT repository of the container toolkit; None "
-             "uses `driver_repo_url`'s source.", _optional(_str)),
-    Variable("container_toolkit_repo_suite", "/", "deb822 `Suites` of the toolkit repository.",
-             _str),
-    Variable("container_toolkit_repo_components", [], "deb822 `Components` of the toolkit "
-             "repository.", _str_list),
-    Variable("container_toolkit_repo_key", None, "Local path of the toolkit repository's "
-             "signing key.", _optional(_str)),
-    Variable("containerd_config_path", "/etc/containerd/config.toml", "containerd's main "
-             "config; gets the `imports` line for the drop-in.", _str),
+    Variable(
+        "container_toolkit_version",
+        None,
+        "Pinned nvidia-container-toolkit Debian version "
+        "(`1.17.8-1`); None leaves the toolkit unmanaged.",
+        _optional(_str),
+    ),
+    Variable(
+        "container_toolkit_repo_url",
+        None,
+        "APT repository of the container toolkit; None uses `driver_repo_url`'s source.",
+        _optional(_str),
+    ),
+    Variable(
+        "container_toolkit_repo_suite", "/", "deb822 `Suites` of the toolkit repository.", _str
+    ),
+    Variable(
+        "container_toolkit_repo_components",
+        [],
+        "deb822 `Components` of the toolkit repository.",
+        _str_list,
+    ),
+    Variable(
+        "container_toolkit_repo_key",
+        None,
+        "Local path of the toolkit repository's signing key.",
+        _optional(_str),
+    ),
+    Variable(
+        "containerd_config_path",
+        "/etc/containerd/config.toml",
+        "containerd's main config; gets the `imports` line for the drop-in.",
+        _str,
+    ),
     # --- time-slicing (hosts in `shared`)
-    Variable("time_slicing_replicas", NOT_SET, "Replicas per GPU (>= 2, the device plugin's rule). "
-             "Required in `shared`.", _int(2), modes=("shared",)),
-    Variable("time_slicing_rename", True, "Advertise `nvidia.com/gpu.shared` instead of "
-             "`nvidia.com/gpu` (`renameByDefault`).", _bool, modes=("shared",)),
-    Variable("time_slicing_fail_requests_greater_than_one", True, "Refuse pods that ask for more "
-             "than one shared GPU (`failRequestsGreaterThanOne`).", _bool, modes=("shared",)),
-    Variable("device_plugin_config_path", "/etc/nvidia/device-plugin/config.yaml", "Where the "
-             "NVIDIA device plugin's config file is written.", _str),
+    Variable(
+        "time_slicing_replicas",
+        NOT_SET,
+        "Replicas per GPU (>= 2, the device plugin's rule). Required in `shared`.",
+        _int(2),
+        modes=("shared",),
+    ),
+    Variable(
+        "time_slicing_rename",
+        True,
+        "Advertise `nvidia.com/gpu.shared` instead of `nvidia.com/gpu` (`renameByDefault`).",
+        _bool,
+        modes=("shared",),
+    ),
+    Variable(
+        "time_slicing_fail_requests_greater_than_one",
+        True,
+        "Refuse pods that ask for more than one shared GPU (`failRequestsGreaterThanOne`).",
+        _bool,
+        modes=("shared",),
+    ),
+    Variable(
+        "device_plugin_config_path",
+        "/etc/nvidia/device-plugin/config.yaml",
+        "Where the NVIDIA device plugin's config file is written.",
+        _str,
+    ),
     # -f on the command line: the kernel cuts the process name to 15 characters
     # ("nvidia-device-p"), so `pkill -x nvidia-device-plugin` never matches.
-    Variable("device_plugin_reload_command",
-             "pkill -HUP -f '^(/[^ ]*/)?nvidia-device-plugin( |$)' || true",
-             "Shell command that makes the device plugin re-read its config (SIGHUP).", _str),
+    Variable(
+        "device_plugin_reload_command",
+        "pkill -HUP -f '^(/[^ ]*/)?nvidia-device-plugin( |$)' || true",
+        "Shell command that makes the device plugin re-read its config (SIGHUP).",
+        _str,
+    ),
     # --- MIG (hosts in `mig`)
-    Variable("mig_layout", None, "MIG layout for every GPU: profile -> count (mig-parted "
-             "convention).", _optional(_layout), modes=("mig",)),
-    Variable("mig_layout_by_gpu", {}, "GPU index -> layout, overriding `mig_layout` for those "
-             "GPUs; `{}` for a GPU keeps MIG disabled on it.", _layout_by_gpu, modes=("mig",)),
-    Variable("mig_strategy", "mixed", "Device plugin MIG strategy: `mixed`, or `single` (all GPUs "
-             "must have the same layout).", _choice("mixed", "single"), modes=("mig",)),
-    Variable("mig_gpu_clients", ["nvidia-persistenced", "nvidia-dcgm", "dcgm-exporter"],
-             "systemd units stopped (and restarted after) when a GPU reset is refused.", _str_list),
-    Variable("mig_reboot", False, "Allow a reboot when a MIG mode change cannot be applied by a "
-             "GPU reset.", _bool),
+    Variable(
+        "mig_layout",
+        None,
+        "MIG layout for every GPU: profile -> count (mig-parted convention).",
+        _optional(_layout),
+        modes=("mig",),
+    ),
+    Variable(
+        "mig_layout_by_gpu",
+        {},
+        "GPU index -> layout, overriding `mig_layout` for those "
+        "GPUs; `{}` for a GPU keeps MIG disabled on it.",
+        _layout_by_gpu,
+        modes=("mig",),
+    ),
+    Variable(
+        "mig_strategy",
+        "mixed",
+        "Device plugin MIG strategy: `mixed`, or `single` (all GPUs must have the same layout).",
+        _choice("mixed", "single"),
+        modes=("mig",),
+    ),
+    Variable(
+        "mig_gpu_clients",
+        ["nvidia-persistenced", "nvidia-dcgm", "dcgm-exporter"],
+        "systemd units stopped (and restarted after) when a GPU reset is refused.",
+        _str_list,
+    ),
+    Variable(
+        "mig_reboot",
+        False,
+        "Allow a reboot when a MIG mode change cannot be applied by a GPU reset.",
+        _bool,
+    ),
     # --- kubelet
-    Variable("kubelet_max_pods", "auto", "kubelet `maxPods`, or `auto`: 110 plus the replicas "
-             "time-slicing adds.", _max_pods),
-    Variable("kubelet_config_dir", None, "kubelet `--config-dir` (e.g. "
-             "`/etc/kubernetes/kubelet.conf.d`): write a drop-in there; None edits "
-             "`kubelet_config_path` in place.", _optional(_str)),
-    Variable("kubelet_config_path", "/var/lib/kubelet/config.yaml", "kubelet's main config "
-             "file.", _str),
+    Variable(
+        "kubelet_max_pods",
+        "auto",
+        "kubelet `maxPods`, or `auto`: 110 plus the replicas time-slicing adds.",
+        _max_pods,
+    ),
+    Variable(
+        "kubelet_config_dir",
+        None,
+        "kubelet `--config-dir` (e.g. "
+        "`/etc/kubernetes/kubelet.conf.d`): write a drop-in there; None edits "
+        "`kubelet_config_path` in place.",
+        _optional(_str),
+    ),
+    Variable(
+        "kubelet_config_path", "/var/lib/kubelet/config.yaml", "kubelet's main config file.", _str
+    ),
     # --- gpuprov's own host agent
-    Variable("gpuprov_agent_path", "/usr/lib/gpuprov/agent.pyz", "Where the deploy installs the "
-             "host agent (probe + MIG applier) and where verify runs it.", _str),
-    Variable("gpuprov_python", "python3", "Python interpreter on the host that runs the agent "
-             "(needs only the standard library).", _str),
+    Variable(
+        "gpuprov_agent_path",
+        "/usr/lib/gpuprov/agent.pyz",
+        "Where the deploy installs the host agent (probe + MIG applier) and where verify runs it.",
+        _str,
+    ),
+    Variable(
+        "gpuprov_python",
+        "python3",
+        "Python interpreter on the host that runs the agent (needs only the standard library).",
+        _str,
+    ),
     # --- Kubernetes node handling
-    Variable("kubeconfig", None, "Local kubeconfig: cordon and drain the node around a "
-             "disruptive change.", _optional(_str)),
-    Variable("kube_node_name", None, "Kubernetes node name; None uses the inventory host "
-             "name.", _optional(_str)),
+    Variable(
+        "kubeconfig",
+        None,
+        "Local kubeconfig: cordon and drain the node around a disruptive change.",
+        _optional(_str),
+    ),
+    Variable(
+        "kube_node_name",
+        None,
+        "Kubernetes node name; None uses the inventory host name.",
+        _optional(_str),
+    ),
     Variable("drain_timeout", 300, "Seconds allowed for `kubectl drain`.", _int(1)),
 ]
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in _VARIABLES}
 
 # Prefixes that mark a key as gpuprov's: an unknown key with one of them is an error.
-AREAS = ("gpuprov_", "gpu_", "driver_", "container_", "containerd_", "time_slicing_", "device_plugin_",
-         "mig_", "kubelet_", "kube_")
+AREAS = (
+    "gpuprov_",
+    "gpu_",
+    "driver_",
+    "container_",
+    "containerd_",
+    "time_slicing_",
+    "device_plugin_",
+    "mig_",
+    "kubelet_",
+    "kube_",
+)
 
 
 def suggest(key: str) -> str | None:

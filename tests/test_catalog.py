@@ -20,13 +20,16 @@ def test_each_mig_model_is_found_by_its_alias(alias):
     assert model is not None and model.mig_capable
 
 
-@pytest.mark.parametrize("name, alias", [
-    ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
-    ("NVIDIA H100 80GB HBM3", "H100-80GB"),
-    ("NVIDIA H200", "H200-141GB"),
-    ("NVIDIA L40S", "L40S"),
-    ("Tesla T4", "T4"),
-])
+@pytest.mark.parametrize(
+    "name, alias",
+    [
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA H100 80GB HBM3", "H100-80GB"),
+        ("NVIDIA H200", "H200-141GB"),
+        ("NVIDIA L40S", "L40S"),
+        ("Tesla T4", "T4"),
+    ],
+)
 def test_models_are_found_by_nvml_product_name(name, alias):
     assert catalog.find_model(name).alias == alias
 
@@ -53,9 +56,16 @@ def test_close_matches_suggest_an_alias():
     assert catalog.load().close_matches("A100-80G")[0] == "A100-80GB"
 
 
-@pytest.mark.parametrize("ref_name, alias", [
-    ("A100-SXM4-40GB", "A100-40GB"), ("A100-80GB", "A100-80GB"), ("H100-80GB", "H100-80GB"),
-    ("H100-94GB-NVL", "H100-94GB"), ("A30-24GB", "A30-24GB")])
+@pytest.mark.parametrize(
+    "ref_name, alias",
+    [
+        ("A100-SXM4-40GB", "A100-40GB"),
+        ("A100-80GB", "A100-80GB"),
+        ("H100-80GB", "H100-80GB"),
+        ("H100-94GB-NVL", "H100-94GB"),
+        ("A30-24GB", "A30-24GB"),
+    ],
+)
 def test_profiles_match_the_reference_yaml(ref_name, alias):
     ref = yaml.safe_load(REFERENCE.read_text())["gpus"][ref_name]
     model = catalog.find_model(alias)

@@ -10,8 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def ruff(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True,
-                          text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True
+    )
 
 
 def test_ruff_lint_is_clean():

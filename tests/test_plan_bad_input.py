@@ -33,61 +33,92 @@ def assert_bad_input(result, *fragments):
 
 
 def test_host_in_two_mode_groups(tmp_path):
-    path, result = run_plan(tmp_path, """
+    path, result = run_plan(
+        tmp_path,
+        """
         shared = (["n1"], {"gpu_model": "A100-80GB", "gpu_count": 1, "time_slicing_replicas": 2})
         whole_card = ["n1"]
-    """)
+    """,
+    )
     assert_bad_input(result, f"{path}: host n1", "more than one mode group (shared, whole_card)")
 
 
 def test_unknown_gpu_model_suggests_close_matches(tmp_path):
-    path, result = run_plan(tmp_path, 'whole_card = ["n1"]\n',
-                            whole_card='gpu_model = "A100-80G"\ngpu_count = 1\n')
-    assert_bad_input(result, f"{path}: host n1 (group whole_card, group_data/whole_card.py): "
-                             "gpu_model: unknown GPU model 'A100-80G'; did you mean A100-80GB")
+    path, result = run_plan(
+        tmp_path, 'whole_card = ["n1"]\n', whole_card='gpu_model = "A100-80G"\ngpu_count = 1\n'
+    )
+    assert_bad_input(
+        result,
+        f"{path}: host n1 (group whole_card, group_data/whole_card.py): "
+        "gpu_model: unknown GPU model 'A100-80G'; did you mean A100-80GB",
+    )
 
 
 def test_misspelt_profile_names_the_profile_and_suggests(tmp_path):
-    _, result = run_plan(tmp_path, """
+    _, result = run_plan(
+        tmp_path,
+        """
         mig = (["n1"], {"gpu_model": "H100-80GB", "gpu_count": 1, "mig_layout": {"3g.4gb": 2}})
-    """)
-    assert_bad_input(result, "host n1 (group mig): mig_layout:",
-                     "unknown profile '3g.4gb' for H100-80GB; did you mean 3g.40gb")
+    """,
+    )
+    assert_bad_input(
+        result,
+        "host n1 (group mig): mig_layout:",
+        "unknown profile '3g.4gb' for H100-80GB; did you mean 3g.40gb",
+    )
 
 
 def test_layout_that_does_not_fit_says_why(tmp_path):
-    _, result = run_plan(tmp_path, """
+    _, result = run_plan(
+        tmp_path,
+        """
         mig = (["n1"], {"gpu_model": "A100-80GB", "gpu_count": 1,
                         "mig_layout": {"3g.40gb": 1, "1g.20gb": 3}})
-    """)
-    assert_bad_input(result, "mig_layout: 1 x 3g.40gb + 3 x 1g.20gb does not fit A100-80GB",
-                     "needs 10 memory slots")
+    """,
+    )
+    assert_bad_input(
+        result,
+        "mig_layout: 1 x 3g.40gb + 3 x 1g.20gb does not fit A100-80GB",
+        "needs 10 memory slots",
+    )
 
 
 def test_layout_for_one_gpu_names_the_gpu(tmp_path):
-    _, result = run_plan(tmp_path, """
+    _, result = run_plan(
+        tmp_path,
+        """
         mig = (["n1", ("n2", {"mig_layout_by_gpu": {1: {"4g.40gb": 2}}})],
                {"gpu_model": "A100-80GB", "gpu_count": 2, "mig_layout": {"7g.80gb": 1}})
-    """)
-    assert_bad_input(result, "host n2 (host data): mig_layout_by_gpu: GPU 1: 2 x 4g.40gb",
-                     "exceeds the maximum of 1")
+    """,
+    )
+    assert_bad_input(
+        result,
+        "host n2 (host data): mig_layout_by_gpu: GPU 1: 2 x 4g.40gb",
+        "exceeds the maximum of 1",
+    )
 
 
 @pytest.mark.parametrize("replicas, said", [(1, "got 1"), ("4", "got '4'"), (2.5, "got 2.5")])
 def test_replicas_must_be_an_integer_of_at_least_two(tmp_path, replicas, said):
-    _, result = run_plan(tmp_path, f"""
+    _, result = run_plan(
+        tmp_path,
+        f"""
         shared = (["n1"], {{"gpu_model": "A100-80GB", "gpu_count": 1,
                            "time_slicing_replicas": {replicas!r}}})
-    """)
+    """,
+    )
     assert_bad_input(result, "time_slicing_replicas: must be an integer >= 2", said)
 
 
 @pytest.mark.parametrize("count, said", [(-1, "got -1"), (1.5, "got 1.5")])
 def test_layout_counts_must_be_non_negative_integers(tmp_path, count, said):
-    _, result = run_plan(tmp_path, f"""
+    _, result = run_plan(
+        tmp_path,
+        f"""
         mig = (["n1"], {{"gpu_model": "A100-80GB", "gpu_count": 1,
                         "mig_layout": {{"1g.10gb": {count!r}}}}})
-    """)
+    """,
+    )
     assert_bad_input(result, "mig_layout: count of 1g.10gb must be an integer >= 0", said)
 
 
@@ -97,44 +128,68 @@ def test_gpu_count_must_be_positive(tmp_path):
 
 
 def test_mig_keys_on_a_host_not_in_mig(tmp_path):
-    _, result = run_plan(tmp_path, """
+    _, result = run_plan(
+        tmp_path,
+        """
         whole_card = (["n1"], {"gpu_model": "T4", "gpu_count": 1, "mig_layout": {"1g.5gb": 1}})
-    """)
-    assert_bad_input(result, "host n1 (group whole_card): mig_layout: only hosts in mig may set "
-                             "this; this host is in whole_card")
+    """,
+    )
+    assert_bad_input(
+        result,
+        "host n1 (group whole_card): mig_layout: only hosts in mig may set "
+        "this; this host is in whole_card",
+    )
 
 
 def test_time_slicing_keys_on_a_host_not_in_shared(tmp_path):
-    _, result = run_plan(tmp_path, """
+    _, result = run_plan(
+        tmp_path,
+        """
         mig = (["n1"], {"gpu_model": "A30-24GB", "gpu_count": 1, "mig_layout": {"4g.24gb": 1},
                         "time_slicing_replicas": 4})
-    """)
+    """,
+    )
     assert_bad_input(result, "time_slicing_replicas: only hosts in shared may set this")
 
 
 def test_misspelt_key_names_the_key_it_probably_meant(tmp_path):
-    _, result = run_plan(tmp_path, 'shared = ["n1"]\n', shared="""
+    _, result = run_plan(
+        tmp_path,
+        'shared = ["n1"]\n',
+        shared="""
         gpu_model = "A100-80GB"
         gpu_count = 8
         time_slicing_replicas = 4
         time_slicng_replicas = 8
-    """)
-    assert_bad_input(result, "(group shared, group_data/shared.py): time_slicng_replicas: "
-                             "unknown key; did you mean time_slicing_replicas?")
+    """,
+    )
+    assert_bad_input(
+        result,
+        "(group shared, group_data/shared.py): time_slicng_replicas: "
+        "unknown key; did you mean time_slicing_replicas?",
+    )
 
 
 def test_missing_required_key(tmp_path):
-    _, result = run_plan(tmp_path, 'shared = (["n1"], {"gpu_model": "A100-80GB", "gpu_count": 1})\n')
+    _, result = run_plan(
+        tmp_path, 'shared = (["n1"], {"gpu_model": "A100-80GB", "gpu_count": 1})\n'
+    )
     assert_bad_input(result, "time_slicing_replicas: required for every host in shared")
 
 
 def test_single_strategy_with_differing_layouts(tmp_path):
-    _, result = run_plan(tmp_path, """
+    _, result = run_plan(
+        tmp_path,
+        """
         mig = (["n1"], {"gpu_model": "A100-80GB", "gpu_count": 2, "mig_layout": {"1g.10gb": 7},
                         "mig_layout_by_gpu": {1: {"3g.40gb": 2}}, "mig_strategy": "single"})
-    """)
-    assert_bad_input(result, "mig_strategy: mig_strategy single needs MIG on every GPU with one "
-                             "identical single-profile layout")
+    """,
+    )
+    assert_bad_input(
+        result,
+        "mig_strategy: mig_strategy single needs MIG on every GPU with one "
+        "identical single-profile layout",
+    )
 
 
 def test_python_error_in_inventory_names_file_and_line(tmp_path):
@@ -143,17 +198,21 @@ def test_python_error_in_inventory_names_file_and_line(tmp_path):
 
 
 def test_syntax_error_in_group_data_names_file_and_line(tmp_path):
-    _, result = run_plan(tmp_path, 'whole_card = ["n1"]\n',
-                         whole_card='gpu_model = "T4"\ngpu_count = (1\n')
+    _, result = run_plan(
+        tmp_path, 'whole_card = ["n1"]\n', whole_card='gpu_model = "T4"\ngpu_count = (1\n'
+    )
     assert_bad_input(result, "group_data/whole_card.py: line 2: SyntaxError")
 
 
 def test_every_problem_is_reported_in_one_run(tmp_path):
-    _, result = run_plan(tmp_path, """
+    _, result = run_plan(
+        tmp_path,
+        """
         shared = (["n1"], {"gpu_model": "A100-80GB", "gpu_count": 1, "time_slicing_replicas": 1})
         mig = (["n2"], {"gpu_model": "H100-80GB", "gpu_count": 1, "mig_layout": {"9g.1gb": 1}})
         whole_card = (["n3"], {"gpu_model": "Z100", "gpu_count": 1})
-    """)
+    """,
+    )
     assert_bad_input(result, "host n1", "host n2", "host n3")
     assert len([line for line in result.output.splitlines() if line.startswith("error:")]) == 3
 
@@ -171,20 +230,24 @@ def test_limit_that_matches_nothing(tmp_path):
 def test_real_process_exits_2_without_traceback(tmp_path):
     path = tmp_path / "inv.py"
     path.write_text('shared = ["n1"]\nwhole_card = ["n1"]\n')
-    proc = subprocess.run([sys.executable, "-m", "gpuprov", "plan", str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuprov", "plan", str(path)], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     assert proc.stderr.startswith(f"error: {path}: host n1")
 
 
-@pytest.mark.parametrize("args, code", [
-    (["A100-80GB", "4g.40gb=1", "3g.40gb=1"], 0),
-    (["A100-80GB", "4g.40gb=2"], 1),
-    (["A100-80GB", "3g.4gb=1"], 2),
-    (["A100-80GB", "3g.40gb=x"], 2),
-    (["Z100", "1g.5gb=1"], 2),
-])
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["A100-80GB", "4g.40gb=1", "3g.40gb=1"], 0),
+        (["A100-80GB", "4g.40gb=2"], 1),
+        (["A100-80GB", "3g.4gb=1"], 2),
+        (["A100-80GB", "3g.40gb=x"], 2),
+        (["Z100", "1g.5gb=1"], 2),
+    ],
+)
 def test_mig_check_exit_codes(args, code):
     result = CliRunner().invoke(main, ["mig", "check", *args])
     assert result.exit_code == code, result.output

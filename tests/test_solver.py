@@ -27,9 +27,11 @@ def achievable_layouts(alias: str) -> frozenset[tuple[tuple[str, int], ...]]:
         if i == len(candidates):
             counts = Counter(p.name for p, _, _ in chosen)
             by_name = {p.name: p for p in model.profiles}
-            if all(c <= by_name[n].max_instances for n, c in counts.items()) and \
-                    sum(by_name[n].compute_slices * c for n, c in counts.items()) \
-                    <= model.compute_slices:
+            if (
+                all(c <= by_name[n].max_instances for n, c in counts.items())
+                and sum(by_name[n].compute_slices * c for n, c in counts.items())
+                <= model.compute_slices
+            ):
                 found.add(tuple(sorted(counts.items())))
             return
         walk(i + 1, used_slots, chosen)
@@ -54,7 +56,8 @@ def assert_valid_assignment(model: catalog.GpuModel, layout: dict[str, int], fit
         assert not slots & used, f"overlap at {slots & used}"
         used |= slots
     assert Counter(i.profile for i in fit.instances) == Counter(
-        {p: c for p, c in layout.items() if c})
+        {p: c for p, c in layout.items() if c}
+    )
 
 
 @st.composite
@@ -62,8 +65,10 @@ def model_and_layout(draw):
     model = draw(st.sampled_from(MIG_MODELS))
     names = [p.name for p in model.profiles]
     chosen = draw(st.lists(st.sampled_from(names), min_size=1, max_size=4, unique=True))
-    layout = {n: draw(st.integers(min_value=0, max_value=model.profile(n).max_instances + 1))
-              for n in chosen}
+    layout = {
+        n: draw(st.integers(min_value=0, max_value=model.profile(n).max_instances + 1))
+        for n in chosen
+    }
     return model, layout
 
 
@@ -96,7 +101,9 @@ def a100():
 def test_4g_then_3g_fits_only_with_3g_at_slot_4():
     fit = solve(a100(), {"3g.40gb": 1, "4g.40gb": 1})
     assert [(i.profile, i.start, i.size) for i in fit.instances] == [
-        ("4g.40gb", 0, 4), ("3g.40gb", 4, 4)]
+        ("4g.40gb", 0, 4),
+        ("3g.40gb", 4, 4),
+    ]
 
 
 def test_a100_40gb_4g_plus_3g_uses_the_same_geometry():
@@ -114,14 +121,21 @@ def test_3g_plus_two_2g_needs_the_3g_at_slot_4():
     fit = solve(a100(), {"3g.40gb": 1, "2g.20gb": 2})
     assert fit.fits
     assert [(i.profile, i.start) for i in fit.instances] == [
-        ("2g.20gb", 0), ("2g.20gb", 2), ("3g.40gb", 4)]
+        ("2g.20gb", 0),
+        ("2g.20gb", 2),
+        ("3g.40gb", 4),
+    ]
 
 
 def test_balanced_layout_matches_the_dcgm_capture():
     # DCGM issue #138 shows 2g.20gb@0:2, 1g.10gb@2:1, 1g.10gb@3:1, 3g.40gb@4:4 on real hardware.
     fit = solve(a100(), {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2})
     assert [(i.profile, i.start, i.size) for i in fit.instances] == [
-        ("2g.20gb", 0, 2), ("1g.10gb", 2, 1), ("1g.10gb", 3, 1), ("3g.40gb", 4, 4)]
+        ("2g.20gb", 0, 2),
+        ("1g.10gb", 2, 1),
+        ("1g.10gb", 3, 1),
+        ("3g.40gb", 4, 4),
+    ]
 
 
 def test_seven_1g_leave_slot_7_empty():
@@ -129,14 +143,17 @@ def test_seven_1g_leave_slot_7_empty():
     assert [i.start for i in fit.instances] == list(range(7))
 
 
-@pytest.mark.parametrize("layout, kind", [
-    ({"4g.40gb": 2}, "max-instances"),
-    ({"1g.10gb+me": 2}, "max-instances"),
-    ({"2g.20gb": 2, "1g.10gb": 4}, "compute-slices"),
-    ({"4g.40gb": 1, "3g.40gb": 1, "1g.10gb": 1}, "compute-slices"),
-    ({"7g.80gb": 1, "1g.10gb": 1}, "compute-slices"),
-    ({"3g.4gb": 1}, "unknown-profile"),
-])
+@pytest.mark.parametrize(
+    "layout, kind",
+    [
+        ({"4g.40gb": 2}, "max-instances"),
+        ({"1g.10gb+me": 2}, "max-instances"),
+        ({"2g.20gb": 2, "1g.10gb": 4}, "compute-slices"),
+        ({"4g.40gb": 1, "3g.40gb": 1, "1g.10gb": 1}, "compute-slices"),
+        ({"7g.80gb": 1, "1g.10gb": 1}, "compute-slices"),
+        ({"3g.4gb": 1}, "unknown-profile"),
+    ],
+)
 def test_layouts_that_do_not_fit_say_why(layout, kind):
     fit = solve(a100(), layout)
     assert not fit.fits and fit.kind == kind
@@ -150,7 +167,10 @@ def test_a30_uses_its_own_ids_and_four_slots():
     fit = solve(catalog.find_model("A30-24GB"), {"2g.12gb": 1, "1g.6gb": 2})
     assert fit.fits
     assert {(i.profile, i.profile_id, i.start) for i in fit.instances} == {
-        ("2g.12gb", 5, 0), ("1g.6gb", 14, 2), ("1g.6gb", 14, 3)}
+        ("2g.12gb", 5, 0),
+        ("1g.6gb", 14, 2),
+        ("1g.6gb", 14, 3),
+    }
 
 
 def test_non_mig_model_refuses_any_profile():

@@ -43,8 +43,9 @@ def create_gpu_instance(device: Any, target: Target) -> Any:
     """Create the GI of ``target`` exactly at its placement; returns the GI handle."""
     placement = pynvml.c_nvmlGpuInstancePlacement_t(target.start, target.size)
     # The C function takes a pointer to the placement; pynvml passes the argument through as is.
-    return pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(device, target.profile_id,
-                                                          ctypes.byref(placement))
+    return pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(
+        device, target.profile_id, ctypes.byref(placement)
+    )
 
 
 def gpu_instance_id(gpu_instance: Any) -> int:
@@ -71,9 +72,10 @@ def destroy(device: Any, gi_id: int) -> None:
         seen.add(info.id)
         handles = (pynvml.c_nvmlComputeInstance_t * max(info.instanceCount, 1))()
         count = ctypes.c_uint(len(handles))
-        pynvml.nvmlGpuInstanceGetComputeInstances(gpu_instance, info.id, handles,
-                                                  ctypes.byref(count))
-        for ci in handles[:count.value]:
+        pynvml.nvmlGpuInstanceGetComputeInstances(
+            gpu_instance, info.id, handles, ctypes.byref(count)
+        )
+        for ci in handles[: count.value]:
             pynvml.nvmlComputeInstanceDestroy(ci)
     pynvml.nvmlGpuInstanceDestroy(gpu_instance)
 
@@ -83,7 +85,8 @@ def _ci_profiles(gpu_instance: Any, consts: Iterable[int]) -> Iterator[Any]:
     for const in consts:
         try:
             yield pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-                gpu_instance, const, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+                gpu_instance, const, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+            )
         except pynvml.NVMLError as e:
             if e.value not in _ABSENT_PROFILE:
                 raise

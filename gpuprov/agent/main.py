@@ -32,12 +32,15 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="{probe,apply}")
     commands.add_parser("probe", help="print the probe JSON document (see `probe --help`)")
     apply = commands.add_parser("apply", help="make the GPUs match the MIG layout file")
-    apply.add_argument("--layout", default=DEFAULT_LAYOUT,
-                       help=f"the MIG layout file (default {DEFAULT_LAYOUT})")
-    apply.add_argument("--boot", action="store_true",
-                       help="run from the boot unit: never ask for a reboot")
-    apply.add_argument("--check", action="store_true",
-                       help="only report what would change; change nothing")
+    apply.add_argument(
+        "--layout", default=DEFAULT_LAYOUT, help=f"the MIG layout file (default {DEFAULT_LAYOUT})"
+    )
+    apply.add_argument(
+        "--boot", action="store_true", help="run from the boot unit: never ask for a reboot"
+    )
+    apply.add_argument(
+        "--check", action="store_true", help="only report what would change; change nothing"
+    )
     return parser
 
 

@@ -57,7 +57,8 @@ def _nvidia_smi_reset(indices: Sequence[int]) -> tuple[bool, str]:
 
 def _systemctl(*args: str) -> bool:
     try:
-        return subprocess.run(["systemctl", *args], capture_output=True,
-                              check=False).returncode == 0
+        return (
+            subprocess.run(["systemctl", *args], capture_output=True, check=False).returncode == 0
+        )
     except FileNotFoundError:  # no systemd (a container): there are no units to stop
         return False

@@ -28,10 +28,14 @@ def _model(name: str) -> catalog.GpuModel:
     model = catalog.find_model(name)
     if model is None:
         close = catalog.load().close_matches(name)
-        hint = f"; did you mean {' or '.join(close)}?" if close else \
-            f"; known models: {', '.join(catalog.load().models)}"
-        raise InputError([Problem("command line", f"unknown GPU model {name!r}{hint}",
-                                  key="MODEL")])
+        hint = (
+            f"; did you mean {' or '.join(close)}?"
+            if close
+            else f"; known models: {', '.join(catalog.load().models)}"
+        )
+        raise InputError(
+            [Problem("command line", f"unknown GPU model {name!r}{hint}", key="MODEL")]
+        )
     return model
 
 
@@ -41,8 +45,13 @@ def _layout(items: tuple[str, ...]) -> dict[str, int]:
     for item in items:
         profile, sep, count = item.partition("=")
         if not sep or not count.isdigit():
-            problems.append(Problem("command line", f"{item!r} is not PROFILE=COUNT "
-                                                    "(count an integer >= 0)", key="LAYOUT"))
+            problems.append(
+                Problem(
+                    "command line",
+                    f"{item!r} is not PROFILE=COUNT (count an integer >= 0)",
+                    key="LAYOUT",
+                )
+            )
             continue
         layout[profile] = layout.get(profile, 0) + int(count)
     if problems:
@@ -60,15 +69,27 @@ def check(model: str, layout: tuple[str, ...], fmt: str) -> None:
     gpu = _model(model)
     fit = solve(gpu, _layout(layout))
     if fmt == "json":
-        emit_json({"model": gpu.alias, "fits": fit.fits,
-                   "placements": [{"profile": i.profile, "start": i.start, "size": i.size}
-                                  for i in fit.instances],
-                   "reason": fit.reason})
+        emit_json(
+            {
+                "model": gpu.alias,
+                "fits": fit.fits,
+                "placements": [
+                    {"profile": i.profile, "start": i.start, "size": i.size} for i in fit.instances
+                ],
+                "reason": fit.reason,
+            }
+        )
     elif fit.fits:
         click.echo(f"fits {gpu.alias}:")
-        click.echo(table([[i.profile, i.profile_id, i.start, i.size,
-                           f"{i.start}-{i.start + i.size - 1}"] for i in fit.instances],
-                         ["profile", "id", "start", "size", "memory slots"]))
+        click.echo(
+            table(
+                [
+                    [i.profile, i.profile_id, i.start, i.size, f"{i.start}-{i.start + i.size - 1}"]
+                    for i in fit.instances
+                ],
+                ["profile", "id", "start", "size", "memory slots"],
+            )
+        )
     else:
         click.echo(f"does not fit {gpu.alias}: {fit.reason}")
     if fit.kind == "unknown-profile":
@@ -84,24 +105,54 @@ def profiles(model: str, fmt: str) -> None:
     """List MODEL's MIG profiles: NVML ids, slices, max count and placements."""
     gpu = _model(model)
     if fmt == "json":
-        emit_json({"model": gpu.alias, "nvml_names": list(gpu.nvml_names),
-                   "memory_slots": gpu.memory_slots, "compute_slices": gpu.compute_slices,
-                   "profiles": [{"name": p.name, "id": p.id, "const": p.const,
-                                 "compute_slices": p.compute_slices,
-                                 "memory_slices": p.memory_slices,
-                                 "max_instances": p.max_instances, "memory_mib": p.memory_mib,
-                                 "placements": [list(x) for x in p.placements],
-                                 "verified": p.verified, "sources": list(p.sources)}
-                                for p in gpu.profiles]})
+        emit_json(
+            {
+                "model": gpu.alias,
+                "nvml_names": list(gpu.nvml_names),
+                "memory_slots": gpu.memory_slots,
+                "compute_slices": gpu.compute_slices,
+                "profiles": [
+                    {
+                        "name": p.name,
+                        "id": p.id,
+                        "const": p.const,
+                        "compute_slices": p.compute_slices,
+                        "memory_slices": p.memory_slices,
+                        "max_instances": p.max_instances,
+                        "memory_mib": p.memory_mib,
+                        "placements": [list(x) for x in p.placements],
+                        "verified": p.verified,
+                        "sources": list(p.sources),
+                    }
+                    for p in gpu.profiles
+                ],
+            }
+        )
         return
     if not gpu.mig_capable:
-        click.echo(f"{gpu.alias} does not support MIG ({gpu.memory_mib} MiB, whole card or "
-                   "time-sliced only)")
+        click.echo(
+            f"{gpu.alias} does not support MIG ({gpu.memory_mib} MiB, whole card or "
+            "time-sliced only)"
+        )
         return
-    click.echo(f"{gpu.alias} ({', '.join(gpu.nvml_names)}): {gpu.compute_slices} compute "
-               f"slices, {gpu.memory_slots} memory slots")
-    click.echo(table([[p.name, p.id, p.compute_slices, p.memory_slices, p.max_instances,
-                       " ".join(f"{s}:{z}" for s, z in p.placements),
-                       "yes" if p.verified else "no"] for p in gpu.profiles],
-                     ["profile", "id", "compute", "memory", "max", "placements (start:size)",
-                      "verified"]))
+    click.echo(
+        f"{gpu.alias} ({', '.join(gpu.nvml_names)}): {gpu.compute_slices} compute "
+        f"slices, {gpu.memory_slots} memory slots"
+    )
+    click.echo(
+        table(
+            [
+                [
+                    p.name,
+                    p.id,
+                    p.compute_slices,
+                    p.memory_slices,
+                    p.max_instances,
+                    " ".join(f"{s}:{z}" for s, z in p.placements),
+                    "yes" if p.verified else "no",
+                ]
+                for p in gpu.profiles
+            ],
+            ["profile", "id", "compute", "memory", "max", "placements (start:size)", "verified"],
+        )
+    )

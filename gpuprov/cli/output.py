@@ -15,8 +15,14 @@ from gpuprov.errors import InputError
 
 EXIT_OK, EXIT_DRIFT, EXIT_BAD_INPUT = 0, 1, 2
 
-format_option = click.option("--format", "fmt", type=click.Choice(["table", "json"]),
-                             default="table", show_default=True, help="Output format.")
+format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:

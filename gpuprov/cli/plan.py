@@ -11,8 +11,13 @@ from gpuprov import plan as plan_
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
 from gpuprov.errors import InputError, Problem
 
-limit_option = click.option("--limit", "limit", metavar="PATTERN", multiple=True,
-                            help="Only hosts whose name or group matches (glob; repeatable).")
+limit_option = click.option(
+    "--limit",
+    "limit",
+    metavar="PATTERN",
+    multiple=True,
+    help="Only hosts whose name or group matches (glob; repeatable).",
+)
 
 
 def load_plan(
@@ -22,11 +27,15 @@ def load_plan(
     loaded = inventory_.load(inventory_path)
     selected = None
     if limit:
-        selected = {h.name for h in loaded.hosts
-                    if any(fnmatch.fnmatch(h.name, p) or p in h.groups for p in limit)}
+        selected = {
+            h.name
+            for h in loaded.hosts
+            if any(fnmatch.fnmatch(h.name, p) or p in h.groups for p in limit)
+        }
         if not selected:
-            raise InputError([Problem(inventory_path, f"--limit {' '.join(limit)} matches no "
-                                                      "host")])
+            raise InputError(
+                [Problem(inventory_path, f"--limit {' '.join(limit)} matches no host")]
+            )
     return loaded, plan_.build(loaded, selected)
 
 
@@ -44,12 +53,22 @@ def plan(inventory: str, limit: tuple[str, ...], fmt: str) -> None:
     rows = []
     for host in cluster.hosts:
         sharing = f"x{host.time_slicing.replicas}" if host.time_slicing else ""
-        rows.append([host.name, host.mode, f"{host.gpu_count} x {host.gpu_model}", sharing,
-                     host.kubelet_max_pods,
-                     "\n".join(f"{_short(k)}: {v}" for k, v in host.resources.items())])
+        rows.append(
+            [
+                host.name,
+                host.mode,
+                f"{host.gpu_count} x {host.gpu_model}",
+                sharing,
+                host.kubelet_max_pods,
+                "\n".join(f"{_short(k)}: {v}" for k, v in host.resources.items()),
+            ]
+        )
     click.echo(table(rows, ["host", "mode", "gpus", "slicing", "maxPods", "resources"]))
-    layouts = [[host.name, f"GPU {_ranges(ix)}", text]
-               for host in cluster.hosts for text, ix in _layouts(host).items()]
+    layouts = [
+        [host.name, f"GPU {_ranges(ix)}", text]
+        for host in cluster.hosts
+        for text, ix in _layouts(host).items()
+    ]
     if layouts:
         click.echo()
         click.echo(table(layouts, ["host", "gpus", "MIG instances (profile@start slot)"]))

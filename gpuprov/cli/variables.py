@@ -24,16 +24,32 @@ def markdown() -> str:
 
 
 @click.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
-              default="table", show_default=True, help="Output format.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "markdown"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
 def variables(fmt: str) -> None:
     """List every group/host data key gpuprov reads, with its default."""
     if fmt == "json":
-        emit_json([{"name": v.name, "default": None if v.default is NOT_SET else v.default,
-                    "required": v.default is NOT_SET, "modes": list(v.modes), "doc": v.doc}
-                   for v in VARIABLES.values()])
+        emit_json(
+            [
+                {
+                    "name": v.name,
+                    "default": None if v.default is NOT_SET else v.default,
+                    "required": v.default is NOT_SET,
+                    "modes": list(v.modes),
+                    "doc": v.doc,
+                }
+                for v in VARIABLES.values()
+            ]
+        )
     elif fmt == "markdown":
         click.echo(markdown(), nl=False)
     else:
-        click.echo(table([[v.name, _default(v.default)] for v in VARIABLES.values()],
-                         ["key", "default"]))
+        click.echo(
+            table([[v.name, _default(v.default)] for v in VARIABLES.values()], ["key", "default"])
+        )

@@ -20,9 +20,9 @@ from typing import Any
 from gpuprov import catalog
 from gpuprov.lab.errors import LabError
 from gpuprov.lab.packages import SIM_STATE
+from gpuprov.lab.spec import LabHost
 
 SIM_ENV_LINE = f"GPUPROV_NVML_SIM={SIM_STATE}"
-from gpuprov.lab.spec import LabHost
 
 PCI_FILE = "/usr/local/share/gpuprov-lab/pci.json"
 

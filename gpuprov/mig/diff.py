@@ -60,8 +60,12 @@ class Target:
         return int(match.group(1))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"profile": self.profile, "profile_id": self.profile_id, "start": self.start,
-                "size": self.size}
+        return {
+            "profile": self.profile,
+            "profile_id": self.profile_id,
+            "start": self.start,
+            "size": self.size,
+        }
 
 
 @dataclass(frozen=True)
@@ -76,8 +80,13 @@ class ObservedGi:
     profile: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"gi": self.id, "profile": self.profile, "profile_id": self.profile_id,
-                "start": self.start, "size": self.size}
+        return {
+            "gi": self.id,
+            "profile": self.profile,
+            "profile_id": self.profile_id,
+            "start": self.start,
+            "size": self.size,
+        }
 
 
 @dataclass(frozen=True)
@@ -132,8 +141,9 @@ def diff(planned: Any, observed: Mapping[str, Any]) -> MigActions:
             del unmatched[(gi.profile_id, gi.start, gi.size)]
         else:
             destroy.append(gi)
-    return MigActions(index, mig_mode, reset, tuple(keep), tuple(destroy),
-                      _largest_first(unmatched.values()))
+    return MigActions(
+        index, mig_mode, reset, tuple(keep), tuple(destroy), _largest_first(unmatched.values())
+    )
 
 
 def _largest_first(targets: Any) -> tuple[Target, ...]:
@@ -145,13 +155,20 @@ def _field(planned: Any, name: str) -> Any:
 
 
 def _target(instance: Any) -> Target:
-    return Target(start=int(_field(instance, "start")), size=int(_field(instance, "size")),
-                  profile=str(_field(instance, "profile")),
-                  profile_id=int(_field(instance, "profile_id")))
+    return Target(
+        start=int(_field(instance, "start")),
+        size=int(_field(instance, "size")),
+        profile=str(_field(instance, "profile")),
+        profile_id=int(_field(instance, "profile_id")),
+    )
 
 
 def _observed_gi(gi: Mapping[str, Any]) -> ObservedGi:
-    return ObservedGi(id=gi["id"], profile_id=gi["profile_id"], start=gi["start"],
-                      size=gi["size"],
-                      ci_slices=tuple(ci["slice_count"] for ci in gi.get("compute_instances", ())),
-                      profile=gi.get("profile"))
+    return ObservedGi(
+        id=gi["id"],
+        profile_id=gi["profile_id"],
+        start=gi["start"],
+        size=gi["size"],
+        ci_slices=tuple(ci["slice_count"] for ci in gi.get("compute_instances", ())),
+        profile=gi.get("profile"),
+    )

@@ -33,8 +33,12 @@ class Instance:
     profile_id: int
 
     def as_dict(self) -> dict:
-        return {"profile": self.profile, "profile_id": self.profile_id, "start": self.start,
-                "size": self.size}
+        return {
+            "profile": self.profile,
+            "profile_id": self.profile_id,
+            "start": self.start,
+            "size": self.size,
+        }
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,9 @@ class Fit:
 
     fits: bool
     instances: tuple[Instance, ...] = ()
-    kind: str | None = None  # unknown-profile | max-instances | compute-slices | memory-slices | no-placement
+    kind: str | None = (
+        None  # unknown-profile | max-instances | compute-slices | memory-slices | no-placement
+    )
     reason: str | None = None
 
 
@@ -61,36 +67,49 @@ def _solve(model: GpuModel, layout: tuple[tuple[str, int], ...]) -> Fit:
         if profile is None:
             return _unknown_profile(model, name)
         if count > profile.max_instances:
-            return Fit(False, kind="max-instances",
-                       reason=f"{count} x {name} exceeds the maximum of "
-                              f"{profile.max_instances} on {model.alias}")
+            return Fit(
+                False,
+                kind="max-instances",
+                reason=f"{count} x {name} exceeds the maximum of "
+                f"{profile.max_instances} on {model.alias}",
+            )
         profiles.append((profile, count))
     if not model.mig_capable:
         return Fit(False, kind="unknown-profile", reason=f"{model.alias} does not support MIG")
 
     compute = sum(p.compute_slices * c for p, c in profiles)
     if compute > model.compute_slices:
-        return Fit(False, kind="compute-slices",
-                   reason=f"needs {compute} compute slices, {model.alias} has {model.compute_slices}")
+        return Fit(
+            False,
+            kind="compute-slices",
+            reason=f"needs {compute} compute slices, {model.alias} has {model.compute_slices}",
+        )
     memory = sum(p.memory_slices * c for p, c in profiles)
     if memory > model.memory_slots:
-        return Fit(False, kind="memory-slices",
-                   reason=f"needs {memory} memory slots, {model.alias} has {model.memory_slots}")
+        return Fit(
+            False,
+            kind="memory-slices",
+            reason=f"needs {memory} memory slots, {model.alias} has {model.memory_slots}",
+        )
 
     # Most constrained first (fewest placements, then largest), so dead ends show up early.
-    order = sorted(profiles, key=lambda pc: (len(pc[0].placements), -pc[0].memory_slices,
-                                             pc[0].name))
+    order = sorted(
+        profiles, key=lambda pc: (len(pc[0].placements), -pc[0].memory_slices, pc[0].name)
+    )
     wanted = [p for p, c in order for _ in range(c)]
     chosen = _place(wanted, 0, 0, -1, [])
     if chosen is None:
-        return Fit(False, kind="no-placement",
-                   reason="no assignment of placements exists: "
-                          + _describe_conflict(model, profiles))
+        return Fit(
+            False,
+            kind="no-placement",
+            reason="no assignment of placements exists: " + _describe_conflict(model, profiles),
+        )
     return Fit(True, instances=tuple(sorted(chosen)))
 
 
-def _place(wanted: list[MigProfile], i: int, used: int, last_start: int,
-           chosen: list[Instance]) -> list[Instance] | None:
+def _place(
+    wanted: list[MigProfile], i: int, used: int, last_start: int, chosen: list[Instance]
+) -> list[Instance] | None:
     """Depth-first search over placements; ``used`` is a bitmask of occupied memory slots."""
     if i == len(wanted):
         return list(chosen)
@@ -115,7 +134,9 @@ def _describe_conflict(model: GpuModel, profiles: list[tuple[MigProfile, int]]) 
     parts = []
     for profile, count in profiles:
         starts = ",".join(str(s) for s, _ in profile.placements)
-        parts.append(f"{count} x {profile.name} (starts {starts}, {profile.memory_slices} slots each)")
+        parts.append(
+            f"{count} x {profile.name} (starts {starts}, {profile.memory_slices} slots each)"
+        )
     return "; ".join(parts) + f" cannot share {model.memory_slots} memory slots without overlap"
 
 
@@ -125,5 +146,6 @@ def _unknown_profile(model: GpuModel, name: str) -> Fit:
     hint = f"; did you mean {' or '.join(close)}?" if close else f"; valid: {', '.join(names)}"
     if not names:
         hint = f"; {model.alias} does not support MIG"
-    return Fit(False, kind="unknown-profile",
-               reason=f"unknown profile '{name}' for {model.alias}{hint}")
+    return Fit(
+        False, kind="unknown-profile", reason=f"unknown profile '{name}' for {model.alias}{hint}"
+    )
