@@ -19,7 +19,8 @@ def markdown() -> str:
     lines = ["| key | default | modes | meaning |", "|---|---|---|---|"]
     for var in VARIABLES.values():
         modes = ", ".join(var.modes) or "all"
-        lines.append(f"| `{var.name}` | `{_default(var.default)}` | {modes} | {var.doc} |")
+        default = _default(var.default).replace("|", "\\|")  # a pipe would end the cell
+        lines.append(f"| `{var.name}` | `{default}` | {modes} | {var.doc} |")
     return "\n".join(lines) + "\n"
 
 
