@@ -25,7 +25,8 @@ from typing import Any
 import yaml
 
 from gpuprov import catalog
-from gpuprov.mig.diff import MigDiffError, ObservedGi, Target, diff
+from gpuprov.mig.diff import MigDiffError, ObservedGi, diff
+from gpuprov.mig.instance import Instance
 from gpuprov.plan import GpuPlan, HostPlan
 
 try:
@@ -176,7 +177,7 @@ def _slots(start: int, size: int) -> str:
     return f"slot {start}" if size == 1 else f"slots {start}-{start + size - 1}"
 
 
-def _planned_text(target: Target) -> str:
+def _planned_text(target: Instance) -> str:
     return f"{target.profile} at {_slots(target.start, target.size)}"
 
 
@@ -416,7 +417,7 @@ class _Comparison:
             )
 
     def instances(
-        self, index: int, destroy: tuple[ObservedGi, ...], create: tuple[Target, ...]
+        self, index: int, destroy: tuple[ObservedGi, ...], create: tuple[Instance, ...]
     ) -> None:
         missing = sorted(create, key=lambda t: t.start)
         for gi in destroy:

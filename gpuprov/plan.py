@@ -18,7 +18,8 @@ from typing import Any
 from gpuprov import catalog
 from gpuprov.errors import InputError, Problem
 from gpuprov.inventory import InventoryHost, LoadedInventory
-from gpuprov.mig.solver import Instance, solve
+from gpuprov.mig.instance import Instance
+from gpuprov.mig.solver import solve
 from gpuprov.variables import NOT_SET, VARIABLES, is_ours, suggest
 
 SCHEMA = "gpuprov.plan/v1"

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuprov.catalog import find_model
-from gpuprov.mig.diff import MigDiffError, Target, diff
+from gpuprov.mig.diff import MigDiffError, diff
+from gpuprov.mig.instance import Instance
 from gpuprov.mig.solver import solve
 from gpuprov.plan import GpuPlan
 
@@ -29,30 +30,46 @@ def gi(gi_id: int, name: str, start: int, cis: tuple[int, ...] | None = None) ->
     p = A100.profile(name)
     size = next(z for s, z in p.placements if s == start)
     slices = (p.compute_slices,) if cis is None else cis
-    return {"id": gi_id, "profile_id": p.id, "profile": name, "start": start, "size": size,
-            "compute_instances": [{"id": n, "profile_id": 0, "slice_count": c}
-                                  for n, c in enumerate(slices)]}
+    return {
+        "id": gi_id,
+        "profile_id": p.id,
+        "profile": name,
+        "start": start,
+        "size": size,
+        "compute_instances": [
+            {"id": n, "profile_id": 0, "slice_count": c} for n, c in enumerate(slices)
+        ],
+    }
 
 
 def observed(*gis: dict, current: bool = True, pending: bool | None = None) -> dict:
-    return {"index": 0, "mig": {"current": current,
-                                "pending": current if pending is None else pending},
-            "gpu_instances": list(gis)}
+    return {
+        "index": 0,
+        "mig": {"current": current, "pending": current if pending is None else pending},
+        "gpu_instances": list(gis),
+    }
 
 
 def test_matching_layout_yields_no_action_at_all():
-    actions = diff(planned(("4g.40gb", 0), ("3g.40gb", 4)),
-                   observed(gi(7, "3g.40gb", 4), gi(2, "4g.40gb", 0)))
+    actions = diff(
+        planned(("4g.40gb", 0), ("3g.40gb", 4)), observed(gi(7, "3g.40gb", 4), gi(2, "4g.40gb", 0))
+    )
     assert not actions.changes
     assert [g.id for g in actions.keep] == [2, 7]
-    assert (actions.mig_mode, actions.reset, actions.destroy, actions.create) == \
-        (None, False, (), ())
+    assert (actions.mig_mode, actions.reset, actions.destroy, actions.create) == (
+        None,
+        False,
+        (),
+        (),
+    )
 
 
 def test_same_profile_at_the_wrong_placement_is_destroyed_and_recreated_at_the_right_one():
     # Same profile counts (2 x 2g + 3g), but one 2g sits at 4 where the plan puts the 3g.
-    actions = diff(planned(("2g.20gb", 0), ("2g.20gb", 2), ("3g.40gb", 4)),
-                   observed(gi(1, "2g.20gb", 0), gi(2, "2g.20gb", 4)))
+    actions = diff(
+        planned(("2g.20gb", 0), ("2g.20gb", 2), ("3g.40gb", 4)),
+        observed(gi(1, "2g.20gb", 0), gi(2, "2g.20gb", 4)),
+    )
     assert [g.id for g in actions.keep] == [1]
     assert [g.id for g in actions.destroy] == [2]
     assert [(t.profile, t.start) for t in actions.create] == [("3g.40gb", 4), ("2g.20gb", 2)]
@@ -71,19 +88,22 @@ def test_gi_without_exactly_one_full_compute_instance_is_destroyed(cis):
 
 
 def test_a_planned_instance_is_matched_once_even_if_the_profile_repeats():
-    actions = diff(planned(("1g.10gb", 0), ("1g.10gb", 1)),
-                   observed(gi(5, "1g.10gb", 1), gi(6, "1g.10gb", 3)))
+    actions = diff(
+        planned(("1g.10gb", 0), ("1g.10gb", 1)), observed(gi(5, "1g.10gb", 1), gi(6, "1g.10gb", 3))
+    )
     assert [g.id for g in actions.keep] == [5]
     assert [g.id for g in actions.destroy] == [6]
     assert [t.start for t in actions.create] == [0]
 
 
 def test_fresh_mig_disabled_gpu_sets_the_mode_needs_a_reset_and_creates_largest_first():
-    actions = diff(planned(("1g.10gb", 6), ("2g.20gb", 4), ("4g.40gb", 0)),
-                   observed(current=False))
+    actions = diff(planned(("1g.10gb", 6), ("2g.20gb", 4), ("4g.40gb", 0)), observed(current=False))
     assert actions.mig_mode is True and actions.reset
-    assert [(t.profile, t.start) for t in actions.create] == \
-        [("4g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)]
+    assert [(t.profile, t.start) for t in actions.create] == [
+        ("4g.40gb", 0),
+        ("2g.20gb", 4),
+        ("1g.10gb", 6),
+    ]
 
 
 def test_mode_already_pending_needs_only_the_reset():
@@ -109,14 +129,13 @@ def test_accepts_the_planner_gpu_plan():
     plan = GpuPlan(0, "A100-80GB", True, layout, solve(A100, layout).instances, 1)
     actions = diff(plan, observed(gi(4, "4g.40gb", 0)))
     assert [g.id for g in actions.keep] == [4]
-    assert sorted((t.profile, t.start) for t in actions.create) == \
-        [("1g.10gb", 6), ("2g.20gb", 4)]
+    assert sorted((t.profile, t.start) for t in actions.create) == [("1g.10gb", 6), ("2g.20gb", 4)]
 
 
 def test_compute_slices_come_from_the_profile_name():
-    assert Target(0, 2, "1g.20gb", 15).compute_slices == 1
-    with pytest.raises(MigDiffError, match="not a GPU instance profile name"):
-        _ = Target(0, 2, "1c.2g", 15).compute_slices
+    assert Instance(0, 2, "1g.20gb", 15).compute_slices == 1
+    with pytest.raises(ValueError, match="not a GPU instance profile name"):
+        _ = Instance(0, 2, "1c.2g", 15).compute_slices
 
 
 # --- property: applying the actions yields exactly the plan ---------------------------------
@@ -140,20 +159,38 @@ def layouts(draw) -> list[tuple]:
 @st.composite
 def scenarios(draw) -> tuple[dict, dict]:
     want = draw(st.booleans())
-    plan = {"index": 0, "mig_enabled": want,
-            "instances": [{"profile": p.name, "profile_id": p.id, "start": s, "size": z}
-                          for p, s, z in draw(layouts())] if want else []}
+    plan = {
+        "index": 0,
+        "mig_enabled": want,
+        "instances": [
+            {"profile": p.name, "profile_id": p.id, "start": s, "size": z}
+            for p, s, z in draw(layouts())
+        ]
+        if want
+        else [],
+    }
     current = draw(st.booleans())
     gis = []
     if current:
         for n, (p, s, z) in enumerate(draw(layouts())):
             cis = draw(st.sampled_from([(p.compute_slices,), (), (1,), (p.compute_slices,) * 2]))
-            gis.append({"id": n + 1, "profile_id": p.id, "profile": p.name, "start": s,
-                        "size": z, "compute_instances": [{"id": i, "profile_id": 0,
-                                                          "slice_count": c}
-                                                         for i, c in enumerate(cis)]})
-    return plan, {"index": 0, "mig": {"current": current, "pending": draw(st.booleans())},
-                  "gpu_instances": gis}
+            gis.append(
+                {
+                    "id": n + 1,
+                    "profile_id": p.id,
+                    "profile": p.name,
+                    "start": s,
+                    "size": z,
+                    "compute_instances": [
+                        {"id": i, "profile_id": 0, "slice_count": c} for i, c in enumerate(cis)
+                    ],
+                }
+            )
+    return plan, {
+        "index": 0,
+        "mig": {"current": current, "pending": draw(st.booleans())},
+        "gpu_instances": gis,
+    }
 
 
 def apply_actions(gpu: dict, actions) -> dict:
@@ -176,10 +213,14 @@ def apply_actions(gpu: dict, actions) -> dict:
         mask = ((1 << t.size) - 1) << t.start
         assert not used & mask, f"{t} overlaps an instance still there"
         used |= mask
-        gis[next_id] = {"id": next_id, "profile_id": t.profile_id, "profile": t.profile,
-                        "start": t.start, "size": t.size,
-                        "compute_instances": [{"id": 0, "profile_id": 0,
-                                               "slice_count": t.compute_slices}]}
+        gis[next_id] = {
+            "id": next_id,
+            "profile_id": t.profile_id,
+            "profile": t.profile,
+            "start": t.start,
+            "size": t.size,
+            "compute_instances": [{"id": 0, "profile_id": 0, "slice_count": t.compute_slices}],
+        }
         next_id += 1
     return {"index": gpu["index"], "mig": mig, "gpu_instances": list(gis.values())}
 
@@ -196,7 +237,8 @@ def test_applying_the_actions_yields_exactly_the_planned_instances(scenario):
 
     after = apply_actions(gpu, actions)
     assert after["mig"] == {"current": plan["mig_enabled"], "pending": plan["mig_enabled"]}
-    assert sorted((g["profile_id"], g["start"], g["size"]) for g in after["gpu_instances"]) == \
-        sorted((i["profile_id"], i["start"], i["size"]) for i in plan["instances"])
+    assert sorted(
+        (g["profile_id"], g["start"], g["size"]) for g in after["gpu_instances"]
+    ) == sorted((i["profile_id"], i["start"], i["size"]) for i in plan["instances"])
     assert kept <= {g["id"] for g in after["gpu_instances"]}, "a kept GI keeps its id"
     assert not diff(plan, after).changes, "a second run changes nothing"

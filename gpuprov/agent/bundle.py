@@ -27,8 +27,16 @@ SHEBANG = b"#!/usr/bin/env python3\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
 _PACKAGE = Path(__file__).resolve().parents[1]  # the gpuprov package directory
 # What goes in, relative to the gpuprov package: files, or directories taken whole.
-_MEMBERS = ("__init__.py", "probe.py", "agent", "mig/__init__.py", "mig/diff.py", "sim",
-            "catalog")
+_MEMBERS = (
+    "__init__.py",
+    "probe.py",
+    "agent",
+    "mig/__init__.py",
+    "mig/diff.py",
+    "mig/instance.py",
+    "sim",
+    "catalog",
+)
 # The simulated driver reads the catalog, which is YAML; production hosts never import either.
 _YAML_ALLOWED = ("gpuprov/sim/", "gpuprov/catalog/")
 _MAIN = b"import sys\n\nfrom gpuprov.agent.main import main\n\nsys.exit(main())\n"
@@ -78,9 +86,15 @@ def _sources() -> dict[str, bytes]:
         path = _PACKAGE / member
         if not path.exists():
             raise BundleError(f"{path} is missing; the agent bundle needs it")
-        paths = [path] if path.is_file() else sorted(
-            p for p in path.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml")
-            and "__pycache__" not in p.parts)
+        paths = (
+            [path]
+            if path.is_file()
+            else sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts
+            )
+        )
         for p in paths:
             files["gpuprov/" + p.relative_to(_PACKAGE).as_posix()] = p.read_bytes()
     return files
@@ -97,8 +111,10 @@ def _pynvml_source() -> bytes:
 
 def _check_imports(files: dict[str, bytes]) -> None:
     modules = {_module_name(n) for n in files if n.endswith(".py")}
-    on_disk = {_module_name("gpuprov/" + p.relative_to(_PACKAGE).as_posix())
-               for p in _PACKAGE.rglob("*.py")}
+    on_disk = {
+        _module_name("gpuprov/" + p.relative_to(_PACKAGE).as_posix())
+        for p in _PACKAGE.rglob("*.py")
+    }
     for name, source in files.items():
         if not name.endswith(".py") or name == "pynvml.py":
             continue
@@ -110,8 +126,10 @@ def _check_imports(files: dict[str, bytes]) -> None:
                 continue
             if top == "gpuprov" and _bundled(imported, modules, on_disk):
                 continue
-            raise BundleError(f"{name} imports {imported}, which a GPU host does not have; "
-                              "only the stdlib and pynvml may be used host-side")
+            raise BundleError(
+                f"{name} imports {imported}, which a GPU host does not have; "
+                "only the stdlib and pynvml may be used host-side"
+            )
 
 
 def _imports(name: str, source: bytes) -> list[str]:

@@ -4,7 +4,7 @@ The thin NVML edge of the applier; the decisions are in ``gpuprov/mig/diff.py`` 
 state is the probe's (``gpuprov/probe.py``). Every call goes through nvidia-ml-py's wrappers, so
 on a host it is the real driver, in tests the simulated one.
 
->>> gi = create_gpu_instance(device, Target(4, 4, "3g.40gb", 9))  # doctest: +SKIP
+>>> gi = create_gpu_instance(device, Instance(4, 4, "3g.40gb", 9))  # doctest: +SKIP
 >>> create_full_compute_instance(gi, 3)                           # doctest: +SKIP
 0
 >>> destroy(device, gpu_instance_id(gi))                          # doctest: +SKIP
@@ -18,7 +18,7 @@ from typing import Any
 
 import pynvml
 
-from gpuprov.mig.diff import Target
+from gpuprov.mig.instance import Instance
 
 # Plain CI profiles in order of slice count. The REV1/NVL variants are special-purpose and never
 # the "full" CI of a GI (mig.md (c); pynvml NVML_COMPUTE_INSTANCE_PROFILE_*).
@@ -39,7 +39,7 @@ class InstanceError(Exception):
     """NVML offers no way to do what the plan needs (no CI profile spans the whole GI)."""
 
 
-def create_gpu_instance(device: Any, target: Target) -> Any:
+def create_gpu_instance(device: Any, target: Instance) -> Any:
     """Create the GI of ``target`` exactly at its placement; returns the GI handle."""
     placement = pynvml.c_nvmlGpuInstancePlacement_t(target.start, target.size)
     # The C function takes a pointer to the placement; pynvml passes the argument through as is.

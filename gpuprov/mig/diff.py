@@ -29,43 +29,15 @@ False
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# A GI profile name starts with its compute slice count: "3g.40gb", "1g.10gb+me" (mig.md (a)).
-_COMPUTE_SLICES = re.compile(r"^(\d+)g\.")
+from gpuprov.mig.instance import Instance
 
 
 class MigDiffError(ValueError):
     """The plan asks for something the observed GPU cannot do (MIG on a GPU without MIG)."""
-
-
-@dataclass(frozen=True, order=True)
-class Target:
-    """A planned GI: a profile at an exact placement (``start``, ``size`` in memory slots)."""
-
-    start: int
-    size: int
-    profile: str
-    profile_id: int
-
-    @property
-    def compute_slices(self) -> int:
-        """Slices of the full CI this GI gets; ``Target(0, 4, "3g.40gb", 9)`` -> 3."""
-        match = _COMPUTE_SLICES.match(self.profile)
-        if match is None:
-            raise MigDiffError(f"{self.profile!r} is not a GPU instance profile name (Ng.Mgb)")
-        return int(match.group(1))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile,
-            "profile_id": self.profile_id,
-            "start": self.start,
-            "size": self.size,
-        }
 
 
 @dataclass(frozen=True)
@@ -103,7 +75,7 @@ class MigActions:
     reset: bool
     keep: tuple[ObservedGi, ...]
     destroy: tuple[ObservedGi, ...]
-    create: tuple[Target, ...]
+    create: tuple[Instance, ...]
 
     @property
     def changes(self) -> bool:
@@ -146,7 +118,7 @@ def diff(planned: Any, observed: Mapping[str, Any]) -> MigActions:
     )
 
 
-def _largest_first(targets: Any) -> tuple[Target, ...]:
+def _largest_first(targets: Any) -> tuple[Instance, ...]:
     return tuple(sorted(targets, key=lambda t: (-t.size, t.start)))
 
 
@@ -154,8 +126,8 @@ def _field(planned: Any, name: str) -> Any:
     return planned[name] if isinstance(planned, Mapping) else getattr(planned, name)
 
 
-def _target(instance: Any) -> Target:
-    return Target(
+def _target(instance: Any) -> Instance:
+    return Instance(
         start=int(_field(instance, "start")),
         size=int(_field(instance, "size")),
         profile=str(_field(instance, "profile")),

@@ -21,24 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpuprov.catalog import GpuModel, MigProfile
-
-
-@dataclass(frozen=True, order=True)
-class Instance:
-    """One planned GPU instance: a profile at an exact placement."""
-
-    start: int
-    size: int
-    profile: str
-    profile_id: int
-
-    def as_dict(self) -> dict:
-        return {
-            "profile": self.profile,
-            "profile_id": self.profile_id,
-            "start": self.start,
-            "size": self.size,
-        }
+from gpuprov.mig.instance import Instance
 
 
 @dataclass(frozen=True)
