@@ -112,7 +112,9 @@ class Catalog:
 def load() -> Catalog:
     """The catalog shipped in ``gpuprov/catalog/gpus.yaml``."""
     text = resources.files(__package__).joinpath("gpus.yaml").read_text()
-    raw = yaml.safe_load(text)
+    # libyaml's loader when PyYAML has it: 10x faster, and the simulated driver loads the
+    # catalog in every probe on a lab host.
+    raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return Catalog(
         models={alias: _model(alias, m) for alias, m in raw["models"].items()},
         sources=raw["sources"],

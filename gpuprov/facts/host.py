@@ -1,0 +1,105 @@
+"""Everything a deploy compares with its plan, in one remote command: the agent's probe (NVML),
+the snapshot of files, packages and units, and the GPU hardware.
+
+Each fact is a round trip of its own, and a no-op run is nothing but facts; one command per host
+is the floor's own cost. The hardware is read from the probe when NVML answers; ``nvidia-smi``
+(or ``lspci``) runs only when it does not (no driver yet, no agent yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from pyinfra.api import FactBase
+from typing_extensions import override
+
+from gpuprov.facts.hardware import Gpu, GpuHardware, Hardware
+from gpuprov.facts.node import GpuNodeState
+from gpuprov.facts.snapshot import HostSnapshot, Snapshot
+
+_SECTIONS = ("node", "snapshot", "hardware")
+# What the probe prints when NVML answers (`json.dumps(..., indent=2)` in gpuprov/probe.py).
+_NVML_OK = '"nvml": "ok"'
+
+
+class State(TypedDict):
+    node: dict[str, Any]
+    snapshot: Snapshot
+    hardware: Hardware
+
+
+class HostState(FactBase[State]):
+    """
+    The agent's probe (as ``GpuNodeState``), the snapshot (as ``HostSnapshot``) and the GPU
+    hardware (as ``GpuHardware``; ``source`` is ``"nvml"`` when it comes from the probe).
+
+    .. code:: python
+
+        {
+            "node": {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "550.127.05",
+                     "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", ...}], ...},
+            "snapshot": {"files": {...}, "packages": {...}, "units": {...}},
+            "hardware": {"source": "nvml", "gpus": [
+                {"index": 0, "name": "NVIDIA H100 80GB HBM3", "pci_device_id": None,
+                 "pci_bus_id": "00000000:07:00.0", "driver_version": "550.127.05"}]},
+        }
+    """
+
+    @staticmethod
+    def default() -> State:
+        return State(node={}, snapshot=HostSnapshot.default(), hardware=GpuHardware.default())
+
+    @override
+    def command(
+        self,
+        agent_path: str,
+        paths: list[str],
+        read: list[str] | None = None,
+        packages: list[str] | None = None,
+        units: list[str] | None = None,
+        python: str = "python3",
+    ) -> str:
+        node = GpuNodeState().command(agent_path, python).get_raw_value()
+        snapshot = HostSnapshot().command(paths, read, packages, units)
+        return (
+            # The probe's exit status is the command's, as when it ran as a fact of its own.
+            f"node=$({node}); rc=$?; echo '@@ host:node'; printf '%s\\n' \"$node\"; "
+            f"echo '@@ host:snapshot'; {snapshot}; echo '@@ host:hardware'; "
+            f"case \"$node\" in *'{_NVML_OK}'*) ;; *) {GpuHardware.command} ;; esac; exit $rc"
+        )
+
+    @override
+    def process(self, output: list[str]) -> State:
+        sections: dict[str, list[str]] = {name: [] for name in _SECTIONS}
+        current: list[str] | None = None
+        for line in output:
+            # The inner facts' own markers (`@@ files`, `@@ lspci`) stay in their section.
+            if line.startswith("@@ host:") and line[8:] in sections:
+                current = sections[line[8:]]
+            elif current is not None:
+                current.append(line)
+        node = GpuNodeState().process(sections["node"])
+        if node.get("nvml") == "ok":
+            hardware = _from_probe(node)
+        else:
+            hardware = GpuHardware().process(sections["hardware"])
+        return State(
+            node=node, snapshot=HostSnapshot().process(sections["snapshot"]), hardware=hardware
+        )
+
+
+def _from_probe(node: dict[str, Any]) -> Hardware:
+    """The GPUs as nvidia-smi would list them: NVML is what nvidia-smi reads too."""
+    return Hardware(
+        source="nvml",
+        gpus=[
+            Gpu(
+                index=gpu["index"],
+                name=gpu.get("name"),
+                pci_device_id=None,
+                pci_bus_id=gpu.get("pci_bus_id"),
+                driver_version=node.get("driver_version"),
+            )
+            for gpu in node.get("gpus", [])
+        ],
+    )
