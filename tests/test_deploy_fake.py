@@ -1,7 +1,8 @@
 """deploys/gpu_node.py across several hosts, on pyinfra's @fake connector (nothing is touched).
 
-The hosts answer the hardware fact with canned ``lspci`` lines; every other command succeeds
-with no output, as on a fresh host.
+The hosts answer the hardware with canned ``lspci`` lines and the probe with canned NVML state
+(the GPUs by name, as nvidia-smi would show them); every other command succeeds with no output,
+as on a fresh host.
 """
 
 from __future__ import annotations
@@ -16,17 +17,37 @@ import pytest
 from click.testing import CliRunner
 from pyinfra_cli.main import cli
 
+from gpuprov.catalog import find_model
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = "deploys/gpu_node.py"
 
 
-def probe(count: int, mig_on: tuple[int, ...] = ()) -> str:
+def probe(model: str, count: int, mig_on: tuple[int, ...] = ()) -> str:
     """The agent's probe: NVML answers, MIG on (and no instances) on the GPUs in ``mig_on``."""
+    name = find_model(model).nvml_names[0]
     gpus = [
-        {"index": i, "mig": {"current": i in mig_on, "pending": i in mig_on}, "gpu_instances": []}
+        {
+            "index": i,
+            "name": name,
+            "mig": {"current": i in mig_on, "pending": i in mig_on},
+            "gpu_instances": [],
+        }
         for i in range(count)
     ]
-    return json.dumps({"schema": "gpuprov.probe/v1", "nvml": "ok", "error": None, "gpus": gpus})
+    document = {"schema": "gpuprov.probe/v1", "nvml": "ok", "error": None, "gpus": gpus}
+    return json.dumps(document, indent=2)
+
+
+def host_state(node: str, hardware: list[str]) -> list[str]:
+    """What the deploy's one HostState command prints (no files, packages or units yet)."""
+    nvml_ok = json.loads(node)["nvml"] == "ok"
+    return ["@@ host:node", *node.splitlines(), "@@ host:snapshot", "@@ host:hardware"] + (
+        [] if nvml_ok else hardware
+    )
+
+
+AGENT_MISSING = json.dumps({"schema": "gpuprov.probe/v1", "nvml": "agent-missing", "gpus": []})
 
 
 def lspci(device: str, count: int) -> list[str]:
@@ -38,13 +59,16 @@ def lspci(device: str, count: int) -> list[str]:
 INVENTORY = """
 _fast = {{"fake_delay": 0, "fake_delay_jitter": 0}}
 shared = (
-    [("@fake/gpu-a100", {{**_fast, "fake_responses": {{"lspci -Dnmm": {a100},
+    [("@fake/gpu-a100", {{**_fast, "fake_responses": {{"@@ host:node": {a100_state},
+                                                      "lspci -Dnmm": {a100},
                                                       "agent.pyz probe": {a100_probe!r}}}}}),
-     ("@fake/gpu-wrong", {{**_fast, "fake_responses": {{"lspci -Dnmm": {h200}}}}})],
+     ("@fake/gpu-wrong", {{**_fast, "fake_responses": {{"@@ host:node": {wrong_state},
+                                                       "lspci -Dnmm": {h200}}}}})],
     {{"gpu_model": "A100-80GB", "gpu_count": 8, "time_slicing_replicas": {replicas}}},
 )
 whole_card = (
-    [("@fake/gpu-h200", {{**_fast, "fake_responses": {{"lspci -Dnmm": {h200},
+    [("@fake/gpu-h200", {{**_fast, "fake_responses": {{"@@ host:node": {h200_state},
+                                                      "lspci -Dnmm": {h200},
                                                       "agent.pyz probe": {h200_probe!r}}}}})],
     {{"gpu_model": "H200-141GB", "gpu_count": 4, "kubelet_config_dir": "/etc/kubernetes/kubelet.conf.d"}},
 )
@@ -53,12 +77,16 @@ whole_card = (
 
 def write_inventory(tmp_path: Path, replicas: int = 4) -> Path:
     path = tmp_path / "cluster.py"
+    a100_probe, h200_probe = probe("A100-80GB", 8, mig_on=(0,)), probe("H200-141GB", 4)
     path.write_text(
         INVENTORY.format(
             a100=lspci("20b2", 8),
             h200=lspci("2335", 4),
-            a100_probe=probe(8, mig_on=(0,)),
-            h200_probe=probe(4),
+            a100_probe=a100_probe,
+            h200_probe=h200_probe,
+            a100_state=host_state(a100_probe, lspci("20b2", 8)),
+            h200_state=host_state(h200_probe, lspci("2335", 4)),
+            wrong_state=host_state(AGENT_MISSING, lspci("2335", 4)),
             replicas=replicas,
         )
     )
@@ -80,7 +108,7 @@ def deployed(tmp_path, monkeypatch):
 def test_a_host_failing_preflight_is_not_changed_and_the_others_proceed(deployed):
     code, _, commands = deployed
     assert code == 1  # pyinfra: some host failed
-    # The wrong host only ran its hardware fact (at prepare, and again in the pre-flight op).
+    # The wrong host only read its state (at prepare) and its hardware again (pre-flight op).
     assert commands["@fake/gpu-wrong"]
     assert all("lspci -Dnmm" in c for c in commands["@fake/gpu-wrong"])
     for good in ("@fake/gpu-a100", "@fake/gpu-h200"):

@@ -23,6 +23,8 @@ from gpuprov.lab.rundir import RunDir, default_dir
 
 INVENTORY = "inventories/lab.py"
 DEPLOY = "deploys/gpu_node.py"
+# The checkout that holds INVENTORY and DEPLOY: `demo` runs them from there, wherever it is called.
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @click.group()
@@ -104,7 +106,7 @@ def demo(count: int | None, spec_file: str | None) -> None:
         [str(bindir / "gpuprov"), "verify", INVENTORY],
     ):
         click.echo(f"\n$ {' '.join(argv)}", err=True)
-        if subprocess.run(argv).returncode != 0:
+        if subprocess.run(argv, cwd=CHECKOUT).returncode != 0:
             click.echo(
                 f"error: `{' '.join(argv)}` failed; the lab is still up "
                 "(`gpuprov lab down` ends it)",

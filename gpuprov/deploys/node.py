@@ -38,11 +38,10 @@ def disruptions(view: HostView) -> list[str]:
 
 @deploy("GPU node")
 def gpu_node(plan: HostPlan) -> None:
-    hardware = preflight(plan)
-    if hardware is None:
-        return
-    view = HostView(plan, hardware)
+    view = HostView(plan)
     view.read(watch(plan))
+    if not preflight(plan, view.hardware):
+        return
     reasons = disruptions(view)
     if reasons:
         drain(view, reasons)

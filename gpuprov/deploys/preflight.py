@@ -5,19 +5,18 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from gpuprov.facts.hardware import GpuHardware, Hardware
+from gpuprov.facts.hardware import Hardware
 from gpuprov.operations import preflight as checks
 from gpuprov.plan import HostPlan
 
 
 @deploy("Pre-flight")
-def preflight(plan: HostPlan) -> Hardware | None:
-    """The host's hardware when it matches the plan; otherwise None, and the host fails (only
-    it) at the first operation, with nothing changed."""
-    hardware = host.get_fact(GpuHardware)
+def preflight(plan: HostPlan, hardware: Hardware) -> bool:
+    """Whether ``hardware`` (read with the host's snapshot) matches the plan; if not, the host
+    fails (only it) at the first operation, with nothing changed."""
     problem = checks.mismatch(hardware, plan.gpu_model, plan.gpu_count)
     if problem is None:
-        return hardware
+        return True
     logger.error(f"{host.print_prefix}pre-flight: {problem}; this host will not be changed")
     checks.gpus(name="GPUs match the plan", model=plan.gpu_model, count=plan.gpu_count)
-    return None
+    return False

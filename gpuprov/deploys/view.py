@@ -1,7 +1,7 @@
 """What one host's deploy knows before it changes anything: its plan and one snapshot.
 
-The snapshot is read once per host (one round trip for files, packages and units; one for the
-GPU node state; one for the hardware). A deploy step schedules an operation only for what the
+The snapshot is read once per host, in one round trip (``HostState``: the GPU node state, files,
+packages, units and the hardware). A deploy step schedules an operation only for what the
 snapshot shows differs from the plan; the scheduled operation reads its own fact again when it
 runs, so the change itself is still decided on the state of that moment.
 """
@@ -15,9 +15,8 @@ from pyinfra import host
 from pyinfra.api.operation import OperationMeta
 
 from gpuprov.facts.files import FileState
-from gpuprov.facts.hardware import Hardware
-from gpuprov.facts.node import GpuNodeState
-from gpuprov.facts.snapshot import HostSnapshot
+from gpuprov.facts.hardware import GpuHardware, Hardware
+from gpuprov.facts.host import HostState
 from gpuprov.operations.files import config_file, is_current
 from gpuprov.plan import HostPlan
 
@@ -49,7 +48,7 @@ class Watch:
 @dataclass
 class HostView:
     plan: HostPlan
-    hardware: Hardware
+    hardware: Hardware = field(default_factory=GpuHardware.default)
     files: dict[str, FileState | None] = field(default_factory=dict)
     packages: dict[str, Any] = field(default_factory=dict)
     units: dict[str, Any] = field(default_factory=dict)
@@ -64,23 +63,22 @@ class HostView:
         return state["text"] if state else None
 
     def read(self, watch: Watch) -> None:
-        """Fill in the snapshot (files, packages, units) and the GPU node state."""
-        snapshot = host.get_fact(
-            HostSnapshot,
+        """Fill in the hardware, the GPU node state and the snapshot (files, packages, units)."""
+        state = host.get_fact(
+            HostState,
+            agent_path=self.settings["gpuprov_agent_path"],
             paths=list(watch.paths),
             read=list(watch.read),
             packages=list(watch.packages),
             units=list(watch.units),
+            python=self.settings["gpuprov_python"],
         )
+        self.hardware, self.node = state["hardware"], state["node"]
+        snapshot = state["snapshot"]
         self.files, self.packages, self.units = (
             snapshot["files"],
             snapshot["packages"],
             snapshot["units"],
-        )
-        self.node = host.get_fact(
-            GpuNodeState,
-            agent_path=self.settings["gpuprov_agent_path"],
-            python=self.settings["gpuprov_python"],
         )
 
 

@@ -65,6 +65,34 @@ def remove_all() -> None:
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
 
 
+def set_link(index: int, up: bool) -> None:
+    """Plug host ``index`` into the bridge or pull it out (its veth up or down)."""
+    _ip("link", "set", veth_name(index), "up" if up else "down")
+
+
+def drop_connections(index: int, port: int) -> None:
+    """Make host ``index`` forget its established TCP connections on local ``port``, as a
+    restarted host would (``ss -K`` in its namespace)."""
+    result = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            netns_name(index),
+            "ss",
+            "-K",
+            "-t",
+            "state",
+            "established",
+            f"( sport = :{port} )",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise LabError(f"ss -K in {netns_name(index)}: {result.stderr.strip()}")
+
+
 def leftover_namespaces() -> list[str]:
     netns = Path("/run/netns")
     return (

@@ -6,23 +6,47 @@ can do the same. Hosts are addressed by name (``lab-h100-01``) through the run's
     lab = Lab.start()                       # `gpuprov lab up` (3 hosts), as root
     lab.run("lab-h100-01", "nvidia-smi -L").stdout
     lab.testinfra("lab-h100-01").service("kubelet").is_running
+    lab.deploy()                            # pyinfra -y inventories/lab.py deploys/gpu_node.py
+    lab.verify().returncode                 # gpuprov verify inventories/lab.py
     lab.stop()
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gpuprov.lab import lifecycle, ssh
+from gpuprov.lab import lifecycle, network, ssh
 from gpuprov.lab.rundir import RunDir, default_dir
 from gpuprov.lab.spec import LabHost, default_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = "deploys/gpu_node.py"
+
+Placement = tuple[int, int, int]  # (profile id, start, size) of a GPU instance
+
+
+def planned_instances(host_plan: dict[str, Any]) -> dict[int, list[Placement]]:
+    """GPU index -> the GPU instances a HostPlan document places on it, sorted."""
+    return {
+        g["index"]: sorted((i["profile_id"], i["start"], i["size"]) for i in g["instances"])
+        for g in host_plan["gpus"]
+    }
+
+
+def observed_instances(probe: dict[str, Any]) -> dict[int, list[Placement]]:
+    """GPU index -> the GPU instances a probe document shows on it, sorted."""
+    return {
+        g["index"]: sorted((i["profile_id"], i["start"], i["size"]) for i in g["gpu_instances"])
+        for g in probe["gpus"]
+    }
 
 
 @dataclass
@@ -80,17 +104,116 @@ class Lab:
             )
         return result
 
-    def testinfra(self, host: str) -> Any:
-        """A testinfra host over ``paramiko://`` with the lab's ssh_config (cached per host)."""
-        if host not in self._testinfra:
-            import testinfra
+    def deploy_argv(self, inventory: Path | None = None, *args: str) -> list[str]:
+        return [str(self.bin / "pyinfra"), "-y", str(inventory or self.inventory), DEPLOY, *args]
 
-            self._testinfra[host] = testinfra.get_host(
+    def deploy(
+        self, inventory: Path | None = None, *args: str, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        """``pyinfra -y INVENTORY deploys/gpu_node.py [ARGS]``; with ``check``, fail unless it
+        exits 0."""
+        result = subprocess.run(
+            self.deploy_argv(inventory, *args),
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"deploy exited {result.returncode}:\n{result.stdout[-6000:]}{result.stderr[-3000:]}"
+            )
+        return result
+
+    def verify(self, inventory: Path | None = None, *args: str) -> subprocess.CompletedProcess:
+        """``gpuprov verify INVENTORY [ARGS]`` (not checked: the exit code is the answer)."""
+        return self._gpuprov("verify", str(inventory or self.inventory), *args)
+
+    def verify_status(self, inventory: Path | None = None) -> dict[str, str]:
+        """Host name -> ``ok``, ``drift`` or ``unreachable``, as ``gpuprov verify`` sees it."""
+        document = json.loads(self.verify(inventory, "--format", "json").stdout)
+        return {h["name"]: h["status"] for h in document["hosts"]}
+
+    def plan(self, inventory: Path | None = None) -> dict[str, Any]:
+        """Host name -> its HostPlan document (``gpuprov plan --format json``)."""
+        result = self._gpuprov("plan", str(inventory or self.inventory), "--format", "json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        return {h["name"]: h for h in json.loads(result.stdout)["hosts"]}
+
+    def probe(self, host: str) -> dict[str, Any]:
+        """The host agent's probe document (schema gpuprov.probe/v1)."""
+        return json.loads(self.run(host, "python3 /usr/lib/gpuprov/agent.pyz probe").stdout)
+
+    def inventory_copy(
+        self, directory: Path, inventory_code: str = "", group_data_code: str = ""
+    ) -> Path:
+        """A copy of the lab inventory in ``directory``, with Python appended to it (regroup
+        hosts) and to its group data (override settings); its group data applies as to the
+        original, since the copy keeps the name ``lab.py``."""
+        group_data = directory / "group_data"
+        group_data.mkdir(parents=True, exist_ok=True)
+        source = self.inventory.parent / "group_data" / "lab.py"
+        shutil.copyfile(source, group_data / "lab.py")
+        with (group_data / "lab.py").open("a") as f:
+            f.write(group_data_code)
+        copy = directory / "lab.py"
+        copy.write_text(self.inventory.read_text() + inventory_code)
+        return copy
+
+    def reboot(self, host: str, timeout: float = 90) -> None:
+        """``systemctl reboot`` on ``host``; return once it has booted again."""
+        boot_id = self.run(host, "cat /proc/sys/kernel/random/boot_id").stdout
+        self._close_testinfra(host)
+        self.run(host, "systemctl reboot", check=False)
+        deadline = time.monotonic() + timeout
+        while self.run(host, "cat /proc/sys/kernel/random/boot_id", check=False).stdout in (
+            boot_id,
+            "",
+        ):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{host} did not come back from the reboot in {timeout} s")
+            time.sleep(0.5)
+        ssh.wait_booted(self.run_dir, [host], timeout=max(1.0, deadline - time.monotonic()))
+
+    def cut_ssh(self, host: str, seconds: float) -> None:
+        """Lose ``host``'s SSH connections: its link goes down, the host forgets the
+        connections, and the link comes back after ``seconds``; a peer's next packet on an old
+        connection is answered with a reset (new connections work)."""
+        index = self.host(host).index
+        self._close_testinfra(host)
+        network.set_link(index, up=False)
+        try:
+            network.drop_connections(index, port=22)
+            time.sleep(seconds)
+        finally:
+            network.set_link(index, up=True)
+
+    def _gpuprov(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(self.bin / "gpuprov"), *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def testinfra(self, host: str) -> Any:
+        """A testinfra host over ``paramiko://`` with the lab's ssh_config (cached per host, and
+        connected again after a reboot or a cut: testinfra's own ``get_host`` cache is not used,
+        since it would hand back the closed connection)."""
+        if host not in self._testinfra:
+            import testinfra.backend
+            import testinfra.host
+
+            backend = testinfra.backend.get_backend(
                 f"paramiko://{host}", ssh_config=str(self.ssh_config)
             )
+            self._testinfra[host] = testinfra.host.Host(backend)
+            backend.set_host(self._testinfra[host])
         return self._testinfra[host]
 
-    def _close_testinfra(self) -> None:
-        for host in self._testinfra.values():
-            host.backend.client.close()
-        self._testinfra.clear()
+    def _close_testinfra(self, *hosts: str) -> None:
+        """Close the cached testinfra connections of ``hosts`` (default: all)."""
+        for name in hosts or list(self._testinfra):
+            if name in self._testinfra:
+                self._testinfra.pop(name).backend.client.close()

@@ -41,3 +41,9 @@ def lab() -> Lab:
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture(scope="module")
+def deployed(lab: Lab):
+    """The lab brought to its own plan (inventories/lab.py) before the module's tests."""
+    return lab.deploy()

@@ -6,14 +6,7 @@ them with the probe, testinfra and `gpuprov verify`.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
-
-from gpuprov.lab.testing import REPO_ROOT
 
 pytestmark = pytest.mark.lab
 
@@ -25,46 +18,14 @@ MANAGED_FILES = (
 )
 
 
-def deploy(lab, inventory: Path | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [str(lab.bin / "pyinfra"), "-y", str(inventory or lab.inventory), "deploys/gpu_node.py"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    return result
-
-
-def verify(lab, inventory: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(lab.bin / "gpuprov"), "verify", str(inventory or lab.inventory)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def probe(lab, host: str) -> dict:
-    out = lab.run(host, "python3 /usr/lib/gpuprov/agent.pyz probe").stdout
-    return json.loads(out)
-
-
 def gi_ids(document: dict, index: int) -> dict[tuple[int, int], int]:
     """(start, profile id) -> GI id of one GPU."""
     gpu = next(g for g in document["gpus"] if g["index"] == index)
     return {(gi["start"], gi["profile_id"]): gi["id"] for gi in gpu["gpu_instances"]}
 
 
-@pytest.fixture(scope="module")
-def deployed(lab):
-    return deploy(lab)
-
-
 def test_every_mode_group_deploys_and_verifies(lab, deployed):
-    result = verify(lab)
+    result = lab.verify()
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -92,28 +53,26 @@ def test_mig_host_has_its_layout_and_boot_unit_and_others_do_not(lab, deployed):
 
 
 def test_a_second_deploy_changes_nothing(lab, deployed):
-    result = deploy(lab)
+    result = lab.deploy()
     assert "Starting operation" not in result.stdout, result.stdout[-4000:]
 
 
 def test_a_changed_layout_touches_only_the_differing_gpu(lab, deployed, tmp_path):
     mig_host = lab.in_group("mig")[0].name
-    before = probe(lab, mig_host)
-    inventory = tmp_path / "lab.py"
-    shutil.copytree(REPO_ROOT / "inventories" / "group_data", tmp_path / "group_data")
-    text = (REPO_ROOT / "inventories" / "lab.py").read_text()
-    text = text.replace(
+    before = lab.probe(mig_host)
+    inventory = lab.inventory_copy(tmp_path)
+    text = inventory.read_text().replace(
         '"mig_strategy": "mixed"}',
         '"mig_strategy": "mixed", "mig_layout_by_gpu": {1: {"7g.80gb": 1}}}',
     )
     assert "mig_layout_by_gpu" in text
     inventory.write_text(text)
 
-    deploy(lab, inventory)
-    after = probe(lab, mig_host)
+    lab.deploy(inventory)
+    after = lab.probe(mig_host)
     assert gi_ids(after, 0) == gi_ids(before, 0)  # untouched GPU: same GIs, same ids
     assert [gi["profile"] for gi in after["gpus"][1]["gpu_instances"]] == ["7g.80gb"]
-    assert verify(lab, inventory).returncode == 0
+    assert lab.verify(inventory).returncode == 0
 
-    deploy(lab)  # back to the lab's own plan
-    assert gi_ids(probe(lab, mig_host), 0) == gi_ids(before, 0)
+    lab.deploy()  # back to the lab's own plan
+    assert gi_ids(lab.probe(mig_host), 0) == gi_ids(before, 0)
