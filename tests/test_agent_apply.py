@@ -67,17 +67,24 @@ class Host:
         with sim_state.transaction(str(self.state_path)) as s:
             edit(s)
 
-    def write_layout(self, layouts: dict[int, dict[str, int] | None], clients=(),
-                     allow_reboot: bool = False) -> None:
+    def write_layout(
+        self, layouts: dict[int, dict[str, int] | None], clients=(), allow_reboot: bool = False
+    ) -> None:
         """mig-layout.json as the deploy writes it: GPU index -> layout (None: MIG off)."""
         gpus = []
         for index, layout in layouts.items():
             instances = [i.as_dict() for i in solve(A100, layout).instances] if layout else []
-            gpus.append({"index": index, "mig_enabled": layout is not None,
-                         "instances": instances})
-        (self.path / "mig-layout.json").write_text(json.dumps({
-            "schema": "gpuprov.mig-layout/v1", "gpus": gpus, "gpu_clients": list(clients),
-            "allow_reboot": allow_reboot}))
+            gpus.append({"index": index, "mig_enabled": layout is not None, "instances": instances})
+        (self.path / "mig-layout.json").write_text(
+            json.dumps(
+                {
+                    "schema": "gpuprov.mig-layout/v1",
+                    "gpus": gpus,
+                    "gpu_clients": list(clients),
+                    "allow_reboot": allow_reboot,
+                }
+            )
+        )
 
     def apply(self, *flags: str) -> tuple[int, dict]:
         """Run ``agent apply`` once; checks that the run initialised NVML exactly once."""
@@ -98,8 +105,9 @@ class Host:
         out = []
         for gi in self.state()["gpus"][index]["gpu_instances"]:
             name = A100.profile_by_id(gi["profile_id"]).name
-            out.append((name, gi["start"], gi["size"],
-                        [ci["size"] for ci in gi["compute_instances"]]))
+            out.append(
+                (name, gi["start"], gi["size"], [ci["size"] for ci in gi["compute_instances"]])
+            )
         return sorted(out, key=lambda i: i[1])
 
     def smi_log(self) -> list[str]:
@@ -122,8 +130,11 @@ def host(tmp_path, monkeypatch, capsys) -> Host:
     sim_state.write_new(str(state_path), sim_state.new_state("A100-80GB", 2, seed="test-host"))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    _script(bin_dir / "nvidia-smi", f'#!/bin/sh\necho "$*" >> {tmp_path}/nvidia-smi.log\n'
-                                    f'exec {sys.executable} -m gpuprov.sim.smi "$@"\n')
+    _script(
+        bin_dir / "nvidia-smi",
+        f'#!/bin/sh\necho "$*" >> {tmp_path}/nvidia-smi.log\n'
+        f'exec {sys.executable} -m gpuprov.sim.smi "$@"\n',
+    )
     _script(bin_dir / "systemctl", f"#!{sys.executable}\n{SYSTEMCTL}")
     (tmp_path / "units.json").write_text("{}")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
@@ -158,12 +169,22 @@ def test_fresh_gpus_get_mig_mode_reset_and_the_layout_at_exact_placements(host):
     assert host.smi_log() == ["-r -i 0,1"]
     gpus = host.state()["gpus"]
     assert all(g["mig_current"] and g["mig_pending"] for g in gpus)
-    assert host.instances(0) == [("4g.40gb", 0, 4, [4]), ("2g.20gb", 4, 2, [2]),
-                                 ("1g.10gb", 6, 1, [1])]
+    assert host.instances(0) == [
+        ("4g.40gb", 0, 4, [4]),
+        ("2g.20gb", 4, 2, [2]),
+        ("1g.10gb", 6, 1, [1]),
+    ]
     assert host.instances(1) == [("3g.40gb", 0, 4, [3]), ("3g.40gb", 4, 4, [3])]
     created = next(g for g in report["gpus"] if g["index"] == 0)["actions"][2]
-    assert created == {"action": "create", "gi": created["gi"], "ci": 0, "profile": "4g.40gb",
-                       "profile_id": 5, "start": 0, "size": 4}
+    assert created == {
+        "action": "create",
+        "gi": created["gi"],
+        "ci": 0,
+        "profile": "4g.40gb",
+        "profile_id": 5,
+        "start": 0,
+        "size": 4,
+    }
     assert created["gi"] in {gi["id"] for gi in gpus[0]["gpu_instances"]}
 
 
@@ -179,8 +200,12 @@ def test_second_apply_changes_nothing(host):
     assert [len(g["kept"]) for g in report["gpus"]] == [3, 1]
     assert host.state() == before
     assert host.smi_log() == ["-r -i 0,1"]  # only the first run reset
-    for function in ("nvmlDeviceSetMigMode", "nvmlDeviceCreateGpuInstanceWithPlacement",
-                     "nvmlGpuInstanceDestroy", "nvmlComputeInstanceDestroy"):
+    for function in (
+        "nvmlDeviceSetMigMode",
+        "nvmlDeviceCreateGpuInstanceWithPlacement",
+        "nvmlGpuInstanceDestroy",
+        "nvmlComputeInstanceDestroy",
+    ):
         assert host.calls(function) == 0
 
 
@@ -197,7 +222,10 @@ def test_changing_one_gpus_layout_touches_only_that_gpu_and_keeps_the_matching_i
     gpu0 = report["gpus"][0]
     assert [(k["gi"], k["start"]) for k in gpu0["kept"]] == [(kept_3g["id"], 4)]
     assert [(a["action"], a["profile"], a["start"]) for a in gpu0["actions"]] == [
-        ("destroy", "4g.40gb", 0), ("create", "2g.20gb", 0), ("create", "2g.20gb", 2)]
+        ("destroy", "4g.40gb", 0),
+        ("create", "2g.20gb", 0),
+        ("create", "2g.20gb", 2),
+    ]
     assert report["gpus"][1]["actions"] == []
     assert host.state()["gpus"][1] == untouched
     assert kept_3g in host.state()["gpus"][0]["gpu_instances"]  # same id, same CI
@@ -217,7 +245,9 @@ def test_same_profile_counts_at_a_wrong_placement_are_fixed(host):
 
     assert code == 0
     assert [(a["action"], a["start"]) for a in report["gpus"][0]["actions"]] == [
-        ("destroy", 6), ("create", 4)]
+        ("destroy", 6),
+        ("create", 4),
+    ]
     assert [k["start"] for k in report["gpus"][0]["kept"]] == [0]
     assert host.instances(0) == [("3g.40gb", 0, 4, [3]), ("1g.10gb", 4, 1, [1])]
 
@@ -269,9 +299,14 @@ def test_boot_mode_never_asks_for_a_reboot(host):
 
 
 def test_active_gpu_clients_are_stopped_for_the_reset_and_started_again(host):
-    (host.path / "units.json").write_text(json.dumps({
-        "nvidia-dcgm": {"active": True, "holds": [0]},
-        "nvidia-persistenced": {"active": False, "holds": []}}))
+    (host.path / "units.json").write_text(
+        json.dumps(
+            {
+                "nvidia-dcgm": {"active": True, "holds": [0]},
+                "nvidia-persistenced": {"active": False, "holds": []},
+            }
+        )
+    )
     host.change(lambda s: s["gpus"][0].update(held_by=["nvidia-dcgm"]))
     host.write_layout({0: {"7g.80gb": 1}}, clients=["nvidia-persistenced", "nvidia-dcgm"])
 
@@ -280,18 +315,26 @@ def test_active_gpu_clients_are_stopped_for_the_reset_and_started_again(host):
     assert code == 0, report["error"]
     assert report["stopped_units"] == ["nvidia-dcgm"]
     assert host.smi_log() == ["-r -i 0", "-r -i 0"]  # refused, then done with dcgm stopped
-    assert host.systemctl_log() == ["is-active nvidia-persistenced", "is-active nvidia-dcgm",
-                                    "stop nvidia-dcgm", "start nvidia-dcgm"]
+    assert host.systemctl_log() == [
+        "is-active nvidia-persistenced",
+        "is-active nvidia-dcgm",
+        "stop nvidia-dcgm",
+        "start nvidia-dcgm",
+    ]
     assert json.loads((host.path / "units.json").read_text())["nvidia-dcgm"]["active"]
     assert host.instances(0) == [("7g.80gb", 0, 8, [7])]
 
 
-@pytest.mark.parametrize("function", ["nvmlDeviceCreateGpuInstanceWithPlacement",
-                                      "nvmlGpuInstanceCreateComputeInstance"])
+@pytest.mark.parametrize(
+    "function", ["nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlGpuInstanceCreateComputeInstance"]
+)
 def test_nvml_failure_midway_stops_and_a_rerun_converges_without_orphans(host, function):
     host.change(lambda s: s["gpus"][0].update(mig_current=True, mig_pending=True))
-    host.change(lambda s: s["faults"].update(fail_after={
-        "function": function, "successes": 1, "error": "NVML_ERROR_UNKNOWN"}))
+    host.change(
+        lambda s: s["faults"].update(
+            fail_after={"function": function, "successes": 1, "error": "NVML_ERROR_UNKNOWN"}
+        )
+    )
     host.write_layout({0: {"3g.40gb": 1, "2g.20gb": 2}})
 
     code, report = host.apply()
@@ -301,8 +344,8 @@ def test_nvml_failure_midway_stops_and_a_rerun_converges_without_orphans(host, f
     assert "Unknown Error" in report["error"]
     done = report["gpus"][0]["actions"]
     assert [(a["profile"], a["ci"]) for a in done] == (
-        [("3g.40gb", 0)] if function.endswith("Placement") else
-        [("3g.40gb", 0), ("2g.20gb", None)])  # the second GI was left without its CI
+        [("3g.40gb", 0)] if function.endswith("Placement") else [("3g.40gb", 0), ("2g.20gb", None)]
+    )  # the second GI was left without its CI
     host.change(lambda s: s["faults"].update(fail_after=None))
 
     code, report = host.apply()
@@ -310,8 +353,11 @@ def test_nvml_failure_midway_stops_and_a_rerun_converges_without_orphans(host, f
     assert code == 0
     if function.endswith("ComputeInstance"):
         assert ("destroy", 0) in [(a["action"], a["start"]) for a in report["gpus"][0]["actions"]]
-    assert host.instances(0) == [("2g.20gb", 0, 2, [2]), ("2g.20gb", 2, 2, [2]),
-                                 ("3g.40gb", 4, 4, [3])]
+    assert host.instances(0) == [
+        ("2g.20gb", 0, 2, [2]),
+        ("2g.20gb", 2, 2, [2]),
+        ("3g.40gb", 4, 4, [3]),
+    ]
     assert not host.apply()[1]["changed"]
 
 
@@ -378,16 +424,23 @@ def test_driver_not_loaded_is_a_failure_with_the_nvml_message(host):
     assert code == 1 and report["error"] == "NVML: Driver Not Loaded"
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "cannot read the MIG layout"),
-    ("{", "not JSON"),
-    ('{"schema": "gpuprov.mig-layout/v1", "gpus": [], "allow_rebot": true}',
-     "unknown key(s) allow_rebot"),
-    ('{"schema": "gpuprov.mig-layout/v1", "gpus": [{"index": 0, "mig_enabled": false, '
-     '"instances": [{"profile": "7g.80gb", "profile_id": 0, "start": 0, "size": 8}]}]}',
-     "gpus[0] lists instances but has mig_enabled false"),
-    ('{"schema": "gpuprov.mig-layout/v2", "gpus": []}', "expected 'gpuprov.mig-layout/v1'"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "cannot read the MIG layout"),
+        ("{", "not JSON"),
+        (
+            '{"schema": "gpuprov.mig-layout/v1", "gpus": [], "allow_rebot": true}',
+            "unknown key(s) allow_rebot",
+        ),
+        (
+            '{"schema": "gpuprov.mig-layout/v1", "gpus": [{"index": 0, "mig_enabled": false, '
+            '"instances": [{"profile": "7g.80gb", "profile_id": 0, "start": 0, "size": 8}]}]}',
+            "gpus[0] lists instances but has mig_enabled false",
+        ),
+        ('{"schema": "gpuprov.mig-layout/v2", "gpus": []}', "expected 'gpuprov.mig-layout/v1'"),
+    ],
+)
 def test_bad_layout_file_is_one_message_and_exit_2(host, capsys, content, message):
     path = host.path / "mig-layout.json"
     if content is not None:

@@ -69,10 +69,15 @@ class Report:
         return any(g.actions for g in self.gpus.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {"changed": self.changed, "reboot_required": self.reboot_required,
-                "reboot_reason": self.reboot_reason, "check": self.check, "error": self.error,
-                "stopped_units": list(self.stopped_units),
-                "gpus": [g.as_dict() for g in self.gpus.values()]}
+        return {
+            "changed": self.changed,
+            "reboot_required": self.reboot_required,
+            "reboot_reason": self.reboot_reason,
+            "check": self.check,
+            "error": self.error,
+            "stopped_units": list(self.stopped_units),
+            "gpus": [g.as_dict() for g in self.gpus.values()],
+        }
 
 
 def run(layout: Layout, *, boot: bool = False, check: bool = False) -> tuple[int, dict]:
@@ -127,8 +132,10 @@ class _Applier:
         count = self._nvml("count the GPUs", pynvml.nvmlDeviceGetCount)
         missing = [i for i in self.planned if i >= count]
         if missing:
-            raise ApplyFailed(f"the layout names GPU {', '.join(map(str, missing))} but the host "
-                              f"has {count} GPU(s)")
+            raise ApplyFailed(
+                f"the layout names GPU {', '.join(map(str, missing))} but the host "
+                f"has {count} GPU(s)"
+            )
         actions = {i: self._diff(i) for i in self.planned}
         for i, a in actions.items():
             self.report.gpus[i].kept = [gi.as_dict() for gi in a.keep]
@@ -152,9 +159,11 @@ class _Applier:
         for i in pending:
             after = self._diff(i)
             if after.reset:
-                raise ApplyFailed(f"GPU {i}: MIG mode is still "
-                                  f"{'enabled' if self.planned[i]['mig_enabled'] else 'disabled'}"
-                                  " after the reset")
+                raise ApplyFailed(
+                    f"GPU {i}: MIG mode is still "
+                    f"{'enabled' if self.planned[i]['mig_enabled'] else 'disabled'}"
+                    " after the reset"
+                )
             self._destroy(i, after)
             self._create(i, after)
         return EXIT_OK
@@ -177,32 +186,45 @@ class _Applier:
             record.append({"action": "set-mig-mode", "enabled": actions.mig_mode})
         if actions.reset:
             record.append({"action": "reset"})
-        record.extend({"action": "create", "gi": None, "ci": None, **t.as_dict()}
-                      for t in actions.create)
+        record.extend(
+            {"action": "create", "gi": None, "ci": None, **t.as_dict()} for t in actions.create
+        )
 
     def _destroy(self, index: int, actions: MigActions) -> None:
         for gi in actions.destroy:
-            self._nvml(f"GPU {index}: destroy GI {gi.id}", instances.destroy,
-                       self._device(index), gi.id)
+            self._nvml(
+                f"GPU {index}: destroy GI {gi.id}", instances.destroy, self._device(index), gi.id
+            )
             self.report.gpus[index].actions.append({"action": "destroy", **gi.as_dict()})
 
     def _set_mode(self, index: int, enabled: bool) -> None:
         mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
-        self._nvml(f"GPU {index}: set MIG mode {'on' if enabled else 'off'}",
-                   pynvml.nvmlDeviceSetMigMode, self._device(index), mode)
+        self._nvml(
+            f"GPU {index}: set MIG mode {'on' if enabled else 'off'}",
+            pynvml.nvmlDeviceSetMigMode,
+            self._device(index),
+            mode,
+        )
         self.report.gpus[index].actions.append({"action": "set-mig-mode", "enabled": enabled})
 
     def _create(self, index: int, actions: MigActions) -> None:
         for target in actions.create:
             where = f"GPU {index}: create {target.profile} at {target.start}:{target.size}"
             gi = self._nvml(where, instances.create_gpu_instance, self._device(index), target)
-            record = {"action": "create", "gi": self._nvml(where, instances.gpu_instance_id, gi),
-                      "ci": None, **target.as_dict()}
+            record = {
+                "action": "create",
+                "gi": self._nvml(where, instances.gpu_instance_id, gi),
+                "ci": None,
+                **target.as_dict(),
+            }
             # Recorded before its CI: if the CI fails, the report still names the half-built GI.
             self.report.gpus[index].actions.append(record)
-            record["ci"] = self._nvml(f"{where}: its compute instance",
-                                      instances.create_full_compute_instance, gi,
-                                      target.compute_slices)
+            record["ci"] = self._nvml(
+                f"{where}: its compute instance",
+                instances.create_full_compute_instance,
+                gi,
+                target.compute_slices,
+            )
 
     def _reset(self, indices: list[int]) -> bool:
         """Reset ``indices``; False when a reboot must finish the job instead."""
@@ -215,14 +237,20 @@ class _Applier:
         gpus = ", ".join(map(str, indices))
         if self.layout.allow_reboot and not self.boot:
             self.report.reboot_required = True
-            self.report.reboot_reason = (f"GPU {gpus}: the reset was refused "
-                                         f"({outcome.message}); a reboot applies the MIG mode")
+            self.report.reboot_reason = (
+                f"GPU {gpus}: the reset was refused "
+                f"({outcome.message}); a reboot applies the MIG mode"
+            )
             return False
-        hint = ("stop the processes using the GPU" if self.boot else
-                "stop the processes using the GPU, list their units in mig_gpu_clients, "
-                "or allow a reboot with mig_reboot: true")
-        raise ApplyFailed(f"GPU {gpus}: cannot reset to apply the MIG mode: {outcome.message}; "
-                          f"{hint}")
+        hint = (
+            "stop the processes using the GPU"
+            if self.boot
+            else "stop the processes using the GPU, list their units in mig_gpu_clients, "
+            "or allow a reboot with mig_reboot: true"
+        )
+        raise ApplyFailed(
+            f"GPU {gpus}: cannot reset to apply the MIG mode: {outcome.message}; {hint}"
+        )
 
     def _nvml(self, what: str, function: Any, *args: Any) -> Any:
         try:

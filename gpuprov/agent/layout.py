@@ -50,8 +50,9 @@ def load(path: str) -> Layout:
 
 def parse(raw: Any) -> Layout:
     """Check a decoded layout document and return it as a Layout."""
-    _keys(raw, "the document", required={"schema", "gpus"},
-          optional={"gpu_clients", "allow_reboot"})
+    _keys(
+        raw, "the document", required={"schema", "gpus"}, optional={"gpu_clients", "allow_reboot"}
+    )
     if raw["schema"] != SCHEMA:
         raise LayoutError(f"schema is {raw['schema']!r}, expected {SCHEMA!r}")
     clients = raw.get("gpu_clients", [])
@@ -99,8 +100,10 @@ def _keys(raw: Any, where: str, required: set[str], optional: set[str]) -> None:
     if missing:
         raise LayoutError(f"{where} lacks {', '.join(missing)}")
     if unknown:
-        raise LayoutError(f"{where} has unknown key(s) {', '.join(unknown)}; "
-                          f"allowed: {', '.join(sorted(required | optional))}")
+        raise LayoutError(
+            f"{where} has unknown key(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(required | optional))}"
+        )
 
 
 def _is_int(value: Any) -> bool:
