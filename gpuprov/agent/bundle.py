@@ -39,7 +39,8 @@ _MEMBERS = (
 )
 # The simulated driver reads the catalog, which is YAML; production hosts never import either.
 _YAML_ALLOWED = ("gpuprov/sim/", "gpuprov/catalog/")
-_MAIN = b"import sys\n\nfrom gpuprov.agent.main import main\n\nsys.exit(main())\n"
+# The zip's __main__.py: runs the agent from a bytecode-cached copy of the zip (see that module).
+_MAIN = _PACKAGE / "agent" / "zipmain.py"
 
 
 class BundleError(Exception):
@@ -51,7 +52,7 @@ def build_bundle() -> bytes:
     """The zipapp's bytes (built once per process)."""
     files = _sources()
     files["pynvml.py"] = _pynvml_source()
-    files["__main__.py"] = _MAIN
+    files["__main__.py"] = _MAIN.read_bytes()
     _check_imports(files)
     out = io.BytesIO()
     out.write(SHEBANG)
