@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from gpuprov.inventory import load
 from gpuprov.plan import build
+from inventories import write_inventory
 
 
 def plan_of(tmp_path, inventory: str, **group_files: str):
-    (tmp_path / "group_data").mkdir(exist_ok=True)
-    for name, text in group_files.items():
-        (tmp_path / "group_data" / f"{name}.py").write_text(textwrap.dedent(text))
-    path = tmp_path / "inv.py"
-    path.write_text(textwrap.dedent(inventory))
-    return build(load(str(path)))
+    return build(load(str(write_inventory(tmp_path, inventory, **group_files))))
 
 
 def test_example_inventory_plans_every_mode():

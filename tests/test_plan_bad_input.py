@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 from click.testing import CliRunner
 
 from gpuprov.cli import main
+from inventories import write_inventory
 
 
 def run_plan(tmp_path, inventory: str, **group_files: str):
-    (tmp_path / "group_data").mkdir(exist_ok=True)
-    for name, text in group_files.items():
-        (tmp_path / "group_data" / f"{name}.py").write_text(textwrap.dedent(text))
-    path = tmp_path / "inv.py"
-    path.write_text(textwrap.dedent(inventory))
+    path = write_inventory(tmp_path, inventory, **group_files)
     result = CliRunner().invoke(main, ["plan", str(path)])
     return path, result
 

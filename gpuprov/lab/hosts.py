@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 from gpuprov.lab import hardware, network, procs
+from gpuprov.lab import ssh as ssh_
 from gpuprov.lab.errors import LabError
 from gpuprov.lab.rundir import HostDir, RunDir
 from gpuprov.lab.spec import LabHost
@@ -37,22 +38,7 @@ def start(run: RunDir, host: LabHost, base: Path) -> None:
     ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
     shutil.copyfile(run.key.with_suffix(".pub"), ssh / "authorized_keys")
     (ssh / "authorized_keys").chmod(0o600)
-    # ed25519 only: an RSA host key would cost ~0.6 s per host.
-    subprocess.run(
-        [
-            "ssh-keygen",
-            "-q",
-            "-t",
-            "ed25519",
-            "-N",
-            "",
-            "-C",
-            host.name,
-            "-f",
-            str(root / "etc/ssh/ssh_host_ed25519_key"),
-        ],
-        check=True,
-    )
+    ssh_.keygen(root / "etc/ssh/ssh_host_ed25519_key", host.name)
     hardware.install(host, root)
     procs.start(
         ["bash", str(LAUNCHER), str(hd.nspawn_pid), *nspawn_argv(hd, host.name, host.index)],
