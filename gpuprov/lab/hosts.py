@@ -24,6 +24,20 @@ from gpuprov.lab.spec import LabHost
 LAUNCHER = Path(__file__).with_name("launcher.sh")
 
 
+# systemd in every booted host draws inotify instances from root's single machine-wide pool
+# (fs.inotify.max_user_instances, 128 by default). Sixteen hosts exhaust it: systemd logs
+# "Failed to create inotify object: Too many open files" and the last host never starts sshd.
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_PER_HOST = 64
+
+
+def ensure_inotify(count: int) -> None:
+    """Raise the machine's inotify instance limit (never lower it) so ``count`` hosts boot."""
+    wanted = 128 + INOTIFY_PER_HOST * count
+    if int(INOTIFY_INSTANCES.read_text()) < wanted:
+        INOTIFY_INSTANCES.write_text(f"{wanted}\n")
+
+
 def start(run: RunDir, host: LabHost, base: Path) -> None:
     """Create, configure and boot ``host``; returns once systemd-nspawn runs (not yet SSH)."""
     hd = run.host(host.name)

@@ -131,6 +131,7 @@ def _start(run: RunDir, spec: list[LabHost], base_dir: Path, built: repo.Repo) -
     network.add_bridge()
     services.start_proxy(run)
     services.start_repo_server(run, built.www)
+    hosts.ensure_inotify(len(spec))
     for host in spec:
         hosts.start(run, host, base_dir)
     states = ssh.wait_booted(run, [h.name for h in spec])
