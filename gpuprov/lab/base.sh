@@ -28,6 +28,11 @@ cat > "$TMP/etc/apt/apt.conf.d/01gpuprov-lab-proxy" <<CONF
 Acquire::http::Proxy "http://$GW:$PROXY_PORT";
 Acquire::http::Proxy::$GW "DIRECT";
 CONF
+# Several hosts updating at once through apt-cacher-ng can leave a download hanging with the
+# server's side closed (seen with 4 hosts; testhosts.md pitfall 18 with 16): time it out and retry
+# instead of waiting forever.
+printf 'Acquire::http::Timeout "20";\nAcquire::Retries "3";\n' \
+  > "$TMP/etc/apt/apt.conf.d/03gpuprov-lab-retry"
 # Without these, every host's first `apt-get update` adds ~110 MB of translations and caches.
 printf 'Acquire::Languages "none";\nDir::Cache::srcpkgcache "";\n' \
   > "$TMP/etc/apt/apt.conf.d/02gpuprov-lab-slim"
