@@ -15,6 +15,7 @@ from typing_extensions import override
 
 from gpuprov.facts.hardware import Gpu, GpuHardware, Hardware
 from gpuprov.facts.node import GpuNodeState
+from gpuprov.facts.sections import split_sections
 from gpuprov.facts.snapshot import HostSnapshot, Snapshot
 
 _SECTIONS = ("node", "snapshot", "hardware")
@@ -70,14 +71,8 @@ class HostState(FactBase[State]):
 
     @override
     def process(self, output: list[str]) -> State:
-        sections: dict[str, list[str]] = {name: [] for name in _SECTIONS}
-        current: list[str] | None = None
-        for line in output:
-            # The inner facts' own markers (`@@ files`, `@@ lspci`) stay in their section.
-            if line.startswith("@@ host:") and line[8:] in sections:
-                current = sections[line[8:]]
-            elif current is not None:
-                current.append(line)
+        # The inner facts' own markers (`@@ files`, `@@ lspci`) stay in their section.
+        sections = split_sections(output, "@@ host:", _SECTIONS)
         node = GpuNodeState().process(sections["node"])
         if node.get("nvml") == "ok":
             hardware = _from_probe(node)

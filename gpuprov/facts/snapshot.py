@@ -13,6 +13,7 @@ from typing_extensions import override
 
 from gpuprov.facts.files import FileState, files_command, parse_files
 from gpuprov.facts.packages import PackageState, packages_command, parse_packages
+from gpuprov.facts.sections import split_sections
 from gpuprov.facts.units import UnitState, parse_units, units_command
 
 _SECTIONS = ("files", "packages", "units")
@@ -65,13 +66,7 @@ class HostSnapshot(FactBase[Snapshot]):
 
     @override
     def process(self, output: list[str]) -> Snapshot:
-        sections: dict[str, list[str]] = {name: [] for name in _SECTIONS}
-        current: list[str] | None = None
-        for line in output:
-            if line.startswith("@@ ") and line[3:] in sections:
-                current = sections[line[3:]]
-            elif current is not None:
-                current.append(line)
+        sections = split_sections(output, "@@ ", _SECTIONS)
         return Snapshot(
             files=parse_files(sections["files"]),
             packages=parse_packages(sections["packages"]),
