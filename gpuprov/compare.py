@@ -663,15 +663,7 @@ class _Comparison:
                         "unset" if got is None else f"{_scalar(got)}",
                         hint,
                     )
-        if self.settings["container_runtime_default"]:
-            got = section.get("default_runtime_name")
-            if got != "nvidia":
-                self.add(
-                    "container-runtime",
-                    'default_runtime_name "nvidia"',
-                    "unset" if got is None else f"default_runtime_name {_scalar(got)}",
-                    hint,
-                )
+        self.default_runtime("default_runtime_name", section.get("default_runtime_name"), hint)
 
     def docker(self) -> None:
         hint = "run the deploy (then docker restarts)"
@@ -692,15 +684,17 @@ class _Comparison:
                 "unset" if path is None else _scalar(path),
                 hint,
             )
-        if self.settings["container_runtime_default"]:
-            got = _dig(doc, "default-runtime")
-            if got != "nvidia":
-                self.add(
-                    "container-runtime",
-                    'default-runtime "nvidia"',
-                    "unset" if got is None else f"default-runtime {_scalar(got)}",
-                    hint,
-                )
+        self.default_runtime("default-runtime", _dig(doc, "default-runtime"), hint)
+
+    def default_runtime(self, key: str, got: Any, hint: str) -> None:
+        """nvidia is the runtime's default when ``container_runtime_default`` asks for it."""
+        if self.settings["container_runtime_default"] and got != "nvidia":
+            self.add(
+                "container-runtime",
+                f'{key} "nvidia"',
+                "unset" if got is None else f"{key} {_scalar(got)}",
+                hint,
+            )
 
     def mig_boot_files(self) -> None:
         if self.plan.mode != "mig":
