@@ -70,15 +70,21 @@ def load(path: str, override_data: dict[str, Any] | None = None) -> LoadedInvent
         raise InputError(
             [Problem(e.filename or path, f"line {e.lineno}: SyntaxError: {e.msg}")]
         ) from None
+    return from_pyinfra(inventory, path)
+
+
+def from_pyinfra(inventory: Inventory, path: str) -> LoadedInventory:
+    """The planner's view of a pyinfra inventory already loaded (by us, or by the pyinfra CLI)."""
     hosts = []
     for host in inventory:
-        groups = tuple(dict.fromkeys(host.groups))  # pyinfra may list a group twice
+        # pyinfra may list a group twice; connector groups (@local, @ssh) are never modes.
+        groups = tuple(g for g in dict.fromkeys(host.groups) if not g.startswith("@"))
         hosts.append(
             InventoryHost(
                 host.name, groups, host.data.dict(), dict(inventory.get_host_data(host.name))
             )
         )
-    return LoadedInventory(path, hosts, inventory, file.parent / "group_data")
+    return LoadedInventory(path, hosts, inventory, Path(path).parent / "group_data")
 
 
 def _python_error(filename: str, error: BaseException) -> Problem:

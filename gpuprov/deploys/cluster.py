@@ -15,7 +15,7 @@ import click
 from pyinfra.api import State
 
 from gpuprov.errors import InputError, Problem
-from gpuprov.inventory import InventoryHost, LoadedInventory
+from gpuprov.inventory import LoadedInventory, from_pyinfra
 from gpuprov.plan import ClusterPlan, build
 
 EXIT_BAD_INPUT = 2
@@ -44,17 +44,7 @@ def inventory_path(state: State) -> str:
 
 def loaded(state: State) -> LoadedInventory:
     """The live pyinfra inventory in the shape the planner reads."""
-    inventory = state.inventory
-    hosts = []
-    for host in inventory:
-        groups = tuple(g for g in dict.fromkeys(host.groups) if not g.startswith("@"))
-        hosts.append(
-            InventoryHost(
-                host.name, groups, host.data.dict(), dict(inventory.get_host_data(host.name))
-            )
-        )
-    path = inventory_path(state)
-    return LoadedInventory(path, hosts, inventory, Path(path).parent / "group_data")
+    return from_pyinfra(state.inventory, inventory_path(state))
 
 
 def cluster_plan(state: State) -> ClusterPlan:
