@@ -20,6 +20,7 @@ from pathlib import Path
 import gpuprov.sim
 from gpuprov.agent.main import main as agent
 from gpuprov.catalog import find_model
+from gpuprov.contract import SIM_ENV
 from gpuprov.mig.solver import solve
 from gpuprov.sim import state as sim_state
 
@@ -68,7 +69,7 @@ def measure() -> dict[str, dict[str, int]]:
                 }
             )
         )
-        os.environ[gpuprov.sim.ENV_VAR] = str(state_path)
+        os.environ[SIM_ENV] = str(state_path)
         return {
             "probe": _run(["probe"], libraries),
             "apply (creates 32 instances)": _run(["apply", "--layout", str(layout)], libraries),

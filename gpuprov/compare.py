@@ -25,6 +25,21 @@ from typing import Any
 import yaml
 
 from gpuprov import catalog
+from gpuprov.contract import (
+    CRI_PLUGIN,
+    DOCKER_DAEMON_PATH,
+    DOCKER_NVIDIA_RUNTIME_PATH,
+    KUBELET_DEFAULT_MAX_PODS,
+    KUBELET_DROP_IN,
+    MIG_LAYOUT_PATH,
+    MIG_UNIT_PATH,
+    NVIDIA_RUNTIME_BINARY,
+    NVIDIA_RUNTIME_TYPE,
+    PROBE_SCHEMA,
+    VERIFY_SCHEMA,
+    containerd_drop_in_glob,
+    kubelet_drop_in_glob,
+)
 from gpuprov.mig.diff import MigDiffError, ObservedGi, diff
 from gpuprov.mig.instance import Instance
 from gpuprov.plan import GpuPlan, HostPlan
@@ -34,21 +49,11 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-PROBE_SCHEMA = "gpuprov.probe/v1"
-VERIFY_SCHEMA = "gpuprov.verify/v1"
 
 # Fixed paths of the host layout (docs/architecture.md, "Host layout written by the deploy").
-MIG_LAYOUT_PATH = "/etc/gpuprov/mig-layout.json"
-MIG_UNIT_PATH = "/etc/systemd/system/gpuprov-mig.service"
-DOCKER_DAEMON_PATH = "/etc/docker/daemon.json"
 
 # What `nvidia-ctk runtime configure` writes, and the deploy with it (k8s.md 3.2).
-NVIDIA_RUNTIME_TYPE = "io.containerd.runc.v2"
-NVIDIA_RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
 # containerd config version -> the CRI plugin that holds `containerd.runtimes` (k8s.md 3.2).
-CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
-KUBELET_DEFAULT_MAX_PODS = 110  # k8s.md section 5
-KUBELET_DROP_IN = "50-gpuprov.conf"
 
 
 @dataclass(frozen=True)
@@ -76,24 +81,6 @@ class Finding:
             "found": self.found,
             "hint": self.hint,
         }
-
-
-def containerd_drop_in_glob(containerd_config_path: str) -> str:
-    """The drop-in pattern the main containerd config must import: ``conf.d/*.toml`` beside it.
-
-    >>> containerd_drop_in_glob("/etc/containerd/config.toml")
-    '/etc/containerd/conf.d/*.toml'
-    """
-    return posixpath.join(posixpath.dirname(containerd_config_path), "conf.d", "*.toml")
-
-
-def kubelet_drop_in_glob(kubelet_config_dir: str | None) -> str | None:
-    """The drop-ins the kubelet reads (only ``.conf`` files, k8s.md 5), or None without a dir.
-
-    >>> kubelet_drop_in_glob("/etc/kubernetes/kubelet.conf.d")
-    '/etc/kubernetes/kubelet.conf.d/*.conf'
-    """
-    return posixpath.join(kubelet_config_dir, "*.conf") if kubelet_config_dir else None
 
 
 def wanted_files(plan: HostPlan) -> tuple[list[str], list[str]]:
@@ -677,7 +664,7 @@ class _Comparison:
             return
         path = _dig(doc, "runtimes", "nvidia", "path")
         # docker resolves a bare name on PATH; nvidia-ctk writes the bare name (k8s.md 3.2).
-        if path not in ("nvidia-container-runtime", NVIDIA_RUNTIME_BINARY):
+        if path not in (DOCKER_NVIDIA_RUNTIME_PATH, NVIDIA_RUNTIME_BINARY):
             self.add(
                 "container-runtime",
                 "runtimes.nvidia.path nvidia-container-runtime",

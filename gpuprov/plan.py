@@ -16,15 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprov import catalog
+from gpuprov.contract import KUBELET_DEFAULT_MAX_PODS, MODES, PLAN_SCHEMA
 from gpuprov.errors import InputError, Problem
 from gpuprov.inventory import InventoryHost, LoadedInventory
 from gpuprov.mig.instance import Instance
 from gpuprov.mig.solver import solve
 from gpuprov.variables import NOT_SET, VARIABLES, is_ours, suggest
-
-SCHEMA = "gpuprov.plan/v1"
-MODES = ("shared", "mig", "whole_card")
-KUBELET_DEFAULT_MAX_PODS = 110  # kubelet's own default (k8s.md section 5)
 
 
 @dataclass(frozen=True)
@@ -117,7 +114,7 @@ class ClusterPlan:
 
     def as_dict(self) -> dict:
         return {
-            "schema": SCHEMA,
+            "schema": PLAN_SCHEMA,
             "inventory": self.inventory,
             "hosts": [h.as_dict() for h in self.hosts],
             "totals": self.totals,
@@ -251,13 +248,7 @@ class _HostPlanner:
         settings.setdefault("mig_strategy", None)
         model = settings.get("gpu_model")
         if model is not None and catalog.find_model(model) is None:
-            close = catalog.load().close_matches(model)
-            hint = (
-                f"; did you mean {' or '.join(close)}?"
-                if close
-                else f"; known models: {', '.join(catalog.load().models)}"
-            )
-            self.problem(f"unknown GPU model {model!r}{hint}", key="gpu_model")
+            self.problem(catalog.load().unknown_model(model), key="gpu_model")
         elif model is not None and mode == "mig" and not catalog.find_model(model).mig_capable:
             self.problem(
                 f"{model} does not support MIG; put the host in shared or whole_card",

@@ -26,10 +26,9 @@ from typing import Any
 
 import pynvml
 
-SCHEMA = "gpuprov.probe/v1"
-SIM_ENV_VAR = "GPUPROV_NVML_SIM"
+from gpuprov.contract import NVML_PROFILE_ABSENT, PROBE_SCHEMA, SIM_ENV
+
 # What NVML answers for a profile constant the GPU or GI does not have; mig-parted skips both.
-_ABSENT = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT)
 _INIT_FAILURES = {
     pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "library-not-found",
     pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "driver-not-loaded",
@@ -44,7 +43,7 @@ def probe(files: Sequence[str] = (), globs: Sequence[str] = ()) -> dict[str, Any
     'library-not-found'
     """
     document: dict[str, Any] = {
-        "schema": SCHEMA,
+        "schema": PROBE_SCHEMA,
         "nvml": "ok",
         "error": None,
         "driver_version": None,
@@ -65,7 +64,7 @@ def _nvml() -> dict[str, Any]:
     except ImportError as e:
         return {
             "nvml": "error",
-            "error": f"{SIM_ENV_VAR} is set but the simulation is not importable: {e}",
+            "error": f"{SIM_ENV} is set but the simulation is not importable: {e}",
         }
     found: dict[str, Any] = {}
     try:
@@ -85,7 +84,7 @@ def _nvml() -> dict[str, Any]:
 
 def init_nvml() -> None:
     """``nvmlInit``, routed to the simulated driver under ``GPUPROV_NVML_SIM`` (lab and tests)."""
-    path = os.environ.get(SIM_ENV_VAR)
+    path = os.environ.get(SIM_ENV)
     if path:
         from gpuprov.sim import install  # lazy: production hosts do not ship the simulation
 
@@ -124,7 +123,7 @@ def _profiles(lookup: Any, count: int) -> list[Any]:
         try:
             found.append(lookup(const))
         except pynvml.NVMLError as e:
-            if e.value not in _ABSENT:
+            if e.value not in NVML_PROFILE_ABSENT:
                 raise
     return found
 

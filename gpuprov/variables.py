@@ -16,6 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuprov.contract import (
+    AGENT_PATH,
+    CONTAINERD_CONFIG_PATH,
+    DEVICE_PLUGIN_CONFIG_PATH,
+    KUBELET_CONFIG_PATH,
+)
+
 NOT_SET = object()
 
 
@@ -195,7 +202,7 @@ _VARIABLES = [
     ),
     Variable(
         "containerd_config_path",
-        "/etc/containerd/config.toml",
+        CONTAINERD_CONFIG_PATH,
         "containerd's main config; gets the `imports` line for the drop-in.",
         _str,
     ),
@@ -223,7 +230,7 @@ _VARIABLES = [
     ),
     Variable(
         "device_plugin_config_path",
-        "/etc/nvidia/device-plugin/config.yaml",
+        DEVICE_PLUGIN_CONFIG_PATH,
         "Where the NVIDIA device plugin's config file is written.",
         _str,
     ),
@@ -285,13 +292,11 @@ _VARIABLES = [
         "`kubelet_config_path` in place.",
         _optional(_str),
     ),
-    Variable(
-        "kubelet_config_path", "/var/lib/kubelet/config.yaml", "kubelet's main config file.", _str
-    ),
+    Variable("kubelet_config_path", KUBELET_CONFIG_PATH, "kubelet's main config file.", _str),
     # --- gpuprov's own host agent
     Variable(
         "gpuprov_agent_path",
-        "/usr/lib/gpuprov/agent.pyz",
+        AGENT_PATH,
         "Where the deploy installs the host agent (probe + MIG applier) and where verify runs it.",
         _str,
     ),

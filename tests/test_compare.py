@@ -12,8 +12,6 @@ import textwrap
 import pytest
 
 from gpuprov.compare import (
-    MIG_LAYOUT_PATH,
-    PROBE_SCHEMA,
     Finding,
     compare,
     hosts_summary,
@@ -21,9 +19,9 @@ from gpuprov.compare import (
     verify_report,
     wanted_files,
 )
+from gpuprov.contract import MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
 from gpuprov.inventory import load
 from gpuprov.plan import build
-from gpuprov.sim import ENV_VAR
 from gpuprov.sim import state as sim_state
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -667,7 +665,7 @@ def smi(state, *args: str) -> None:
         [sys.executable, "-m", "gpuprov.sim.smi", *args],
         check=True,
         capture_output=True,
-        env={**os.environ, ENV_VAR: str(state)},
+        env={**os.environ, SIM_ENV: str(state)},
     )
 
 
@@ -709,7 +707,7 @@ def generated(tmp_path, mode: str, **data):
             check=True,
             capture_output=True,
             text=True,
-            env={**os.environ, ENV_VAR: str(state)},
+            env={**os.environ, SIM_ENV: str(state)},
         ).stdout
         return json.loads(out)
 

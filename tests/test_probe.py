@@ -15,7 +15,8 @@ from simulated import edit, initialized, isolate_pynvml, new_host
 
 from gpuprov import probe
 from gpuprov.cli import main as cli
-from gpuprov.sim import ENV_VAR, install
+from gpuprov.contract import SIM_ENV
+from gpuprov.sim import install
 
 TOP_KEYS = {"schema", "nvml", "error", "driver_version", "nvml_version", "gpus"}
 GPU_KEYS = {"index", "uuid", "name", "memory_total_mib", "pci_bus_id", "mig", "gpu_instances"}
@@ -45,7 +46,7 @@ def _create(path, index, instances):
 
 
 def _probe(monkeypatch, path, **kwargs):
-    monkeypatch.setenv(ENV_VAR, path)
+    monkeypatch.setenv(SIM_ENV, path)
     return probe.probe(**kwargs)
 
 
@@ -184,7 +185,7 @@ def test_driver_not_loaded(tmp_path, monkeypatch):
 
 def test_library_not_found_on_this_machine_without_the_simulation(tmp_path):
     # This machine really has no libnvidia-ml: pynvml's own loader fails, no simulation involved.
-    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    env = {k: v for k, v in os.environ.items() if k != SIM_ENV}
     result = subprocess.run(
         [sys.executable, "-m", "gpuprov.probe", "--file", str(tmp_path / "none")],
         capture_output=True,
@@ -211,7 +212,7 @@ def test_module_run_uses_the_simulation_named_in_the_environment(tmp_path):
         [sys.executable, "-m", "gpuprov.probe"],
         capture_output=True,
         text=True,
-        env={**os.environ, ENV_VAR: path},
+        env={**os.environ, SIM_ENV: path},
         check=False,
     )
     assert result.returncode == 0
@@ -243,7 +244,7 @@ def test_no_files_section_unless_asked(tmp_path, monkeypatch):
 def test_cli_probe_prints_the_document(tmp_path, monkeypatch):
     path = new_host(tmp_path, "A100-80GB", mig=[0])
     (tmp_path / "kubelet.yaml").write_text("maxPods: 110\n")
-    monkeypatch.setenv(ENV_VAR, path)
+    monkeypatch.setenv(SIM_ENV, path)
     result = CliRunner().invoke(
         cli,
         [

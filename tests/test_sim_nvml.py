@@ -11,6 +11,7 @@ import pytest
 from simulated import edit, initialized, isolate_pynvml, new_host
 
 from gpuprov import catalog
+from gpuprov.contract import SIM_SCHEMA
 from gpuprov.sim import install, state
 
 
@@ -423,7 +424,7 @@ def test_concurrent_processes_neither_lose_updates_nor_corrupt_the_file(tmp_path
     for worker in workers:
         worker.start()
     for _ in range(50):  # a reader meanwhile always sees a whole document
-        assert state.load(path)["schema"] == state.SCHEMA
+        assert state.load(path)["schema"] == SIM_SCHEMA
     for worker in workers:
         worker.join(timeout=60)
         assert worker.exitcode == 0

@@ -10,7 +10,8 @@ import sys
 import pytest
 from simulated import edit, isolate_pynvml, new_host
 
-from gpuprov.sim import ENV_VAR, admin, smi, state
+from gpuprov.contract import SIM_ENV
+from gpuprov.sim import admin, smi, state
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +23,7 @@ def _isolated(monkeypatch):
 def host(tmp_path, monkeypatch):
     """Two A100-80GB, GPU 0 with MIG on; ``nvidia-smi`` finds them through the environment."""
     path = new_host(tmp_path, "A100-80GB", 2, mig=[0])
-    monkeypatch.setenv(ENV_VAR, path)
+    monkeypatch.setenv(SIM_ENV, path)
     return path
 
 
@@ -73,7 +74,7 @@ def test_query_gpu_csv_with_and_without_header_and_units(host, capsys):
 
 
 def test_query_gpu_rejects_unknown_fields_and_shows_na_without_mig(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(ENV_VAR, new_host(tmp_path, "L40S"))
+    monkeypatch.setenv(SIM_ENV, new_host(tmp_path, "L40S"))
     assert run(capsys, "--query-gpu=name,mig.mode.current", "--format=csv,noheader") == (
         0,
         "NVIDIA L40S, [N/A]\n",
@@ -109,7 +110,7 @@ def test_enabling_mig_is_pending_until_reset(host, capsys):
 
 
 def test_mig_mode_on_a_gpu_without_mig_fails(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(ENV_VAR, new_host(tmp_path, "T4"))
+    monkeypatch.setenv(SIM_ENV, new_host(tmp_path, "T4"))
     code, out = run(capsys, "-mig", "1")
     assert code == 3
     assert (
@@ -266,7 +267,7 @@ def test_no_driver_and_no_library(host, tmp_path, monkeypatch, capsys):
     assert out.startswith(
         "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
     )
-    monkeypatch.setenv(ENV_VAR, str(tmp_path / "absent.json"))
+    monkeypatch.setenv(SIM_ENV, str(tmp_path / "absent.json"))
     code, out = run(capsys, "-L")
     assert code == 12
     assert out.startswith("NVIDIA-SMI couldn't find libnvidia-ml.so library")
@@ -283,7 +284,7 @@ def test_runs_standalone_as_a_module(host):
         [sys.executable, "-m", "gpuprov.sim.smi", "-L"],
         capture_output=True,
         text=True,
-        env={**os.environ, ENV_VAR: host},
+        env={**os.environ, SIM_ENV: host},
         check=False,
     )
     assert result.returncode == 0

@@ -19,10 +19,10 @@ from click.testing import CliRunner
 
 from gpuprov.agent.bundle import write_bundle
 from gpuprov.cli import main
+from gpuprov.contract import SIM_ENV
 from gpuprov.facts.node import GpuNodeState
 from gpuprov.inventory import load
 from gpuprov.plan import build
-from gpuprov.sim import ENV_VAR
 from gpuprov.sim import state as sim_state
 from gpuprov.verify import probe_command
 
@@ -104,7 +104,7 @@ class SimHost:
 @pytest.fixture
 def host(tmp_path, monkeypatch):
     sim = SimHost(tmp_path)
-    monkeypatch.setenv(ENV_VAR, str(sim.state))  # pyinfra's @local passes it to the agent
+    monkeypatch.setenv(SIM_ENV, str(sim.state))  # pyinfra's @local passes it to the agent
     write_bundle(str(sim.agent))
     sim.write()
     sim.files()
@@ -203,7 +203,7 @@ def test_json_on_stdout_stays_parseable(host):
         [sys.executable, "-m", "gpuprov", "verify", str(host.inventory), "--format", "json"],
         capture_output=True,
         text=True,
-        env={**os.environ, ENV_VAR: str(host.state)},
+        env={**os.environ, SIM_ENV: str(host.state)},
     )
     report = json.loads(done.stdout)
     assert done.returncode == 1

@@ -30,11 +30,9 @@ import pynvml
 from gpuprov.agent import instances
 from gpuprov.agent.layout import Layout
 from gpuprov.agent.reset import reset
+from gpuprov.contract import AGENT_EXIT_FAILED, AGENT_EXIT_OK, AGENT_EXIT_REBOOT, MIG_APPLY_LOCK
 from gpuprov.mig.diff import MigActions, MigDiffError, diff
 from gpuprov.probe import init_nvml, read_gpu  # one way into NVML for probe and applier
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REBOOT = 0, 1, 2, 3
-LOCK_PATH = "/run/lock/gpuprov-mig.lock"
 
 
 class ApplyFailed(Exception):
@@ -87,7 +85,7 @@ def run(layout: Layout, *, boot: bool = False, check: bool = False) -> tuple[int
     (never from ``boot``, which is what runs after that reboot).
     """
     report = Report({g["index"]: GpuReport(g["index"]) for g in layout.gpus}, check)
-    with _exclusive(LOCK_PATH):
+    with _exclusive(MIG_APPLY_LOCK):
         return _run_locked(layout, report, boot)
 
 
@@ -96,12 +94,12 @@ def _run_locked(layout: Layout, report: Report, boot: bool) -> tuple[int, dict]:
         init_nvml()
     except pynvml.NVMLError as e:
         report.error = f"NVML: {e}"
-        return EXIT_FAILED, report.as_dict()
+        return AGENT_EXIT_FAILED, report.as_dict()
     try:
         code = _Applier(layout, report, boot).run()
     except ApplyFailed as e:
         report.error = str(e)
-        code = EXIT_FAILED
+        code = AGENT_EXIT_FAILED
     finally:
         # What was done is done; a failing shutdown changes nothing the report says.
         with contextlib.suppress(pynvml.NVMLError):
@@ -142,7 +140,7 @@ class _Applier:
         if self.report.check:
             for i, a in actions.items():
                 self._record_check(i, a)
-            return EXIT_OK
+            return AGENT_EXIT_OK
 
         for i, a in actions.items():
             self._destroy(i, a)
@@ -153,9 +151,9 @@ class _Applier:
                 self._create(i, a)
         pending = [i for i, a in actions.items() if a.reset]
         if not pending:
-            return EXIT_OK
+            return AGENT_EXIT_OK
         if not self._reset(pending):
-            return EXIT_REBOOT
+            return AGENT_EXIT_REBOOT
         for i in pending:
             after = self._diff(i)
             if after.reset:
@@ -166,7 +164,7 @@ class _Applier:
                 )
             self._destroy(i, after)
             self._create(i, after)
-        return EXIT_OK
+        return AGENT_EXIT_OK
 
     def _device(self, index: int) -> Any:
         # Looked up afresh each time: a reset may invalidate handles taken before it.

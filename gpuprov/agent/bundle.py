@@ -29,6 +29,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]  # the gpuprov package directory
 # What goes in, relative to the gpuprov package: files, or directories taken whole.
 _MEMBERS = (
     "__init__.py",
+    "contract.py",
     "probe.py",
     "agent",
     "mig/__init__.py",

@@ -18,6 +18,7 @@ from typing import Any
 
 import pynvml
 
+from gpuprov.contract import NVML_PROFILE_ABSENT
 from gpuprov.mig.instance import Instance
 
 # Plain CI profiles in order of slice count. The REV1/NVL variants are special-purpose and never
@@ -32,7 +33,6 @@ _FULL_CI_CANDIDATES = (
     pynvml.NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE,
 )
 # What NVML answers for a profile constant this GPU or GI does not have (mig-parted skips both).
-_ABSENT_PROFILE = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
 
 class InstanceError(Exception):
@@ -88,5 +88,5 @@ def _ci_profiles(gpu_instance: Any, consts: Iterable[int]) -> Iterator[Any]:
                 gpu_instance, const, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
             )
         except pynvml.NVMLError as e:
-            if e.value not in _ABSENT_PROFILE:
+            if e.value not in NVML_PROFILE_ABSENT:
                 raise

@@ -16,7 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA = "gpuprov.mig-layout/v1"
+from gpuprov.contract import MIG_LAYOUT_SCHEMA
+
 _INSTANCE_KEYS = {"profile": str, "profile_id": int, "start": int, "size": int}
 
 
@@ -53,8 +54,8 @@ def parse(raw: Any) -> Layout:
     _keys(
         raw, "the document", required={"schema", "gpus"}, optional={"gpu_clients", "allow_reboot"}
     )
-    if raw["schema"] != SCHEMA:
-        raise LayoutError(f"schema is {raw['schema']!r}, expected {SCHEMA!r}")
+    if raw["schema"] != MIG_LAYOUT_SCHEMA:
+        raise LayoutError(f"schema is {raw['schema']!r}, expected {MIG_LAYOUT_SCHEMA!r}")
     clients = raw.get("gpu_clients", [])
     if not isinstance(clients, list) or not all(isinstance(c, str) and c for c in clients):
         raise LayoutError("gpu_clients must be a list of systemd unit names")

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-DEFAULT_LAYOUT = "/etc/gpuprov/mig-layout.json"
+from gpuprov.contract import AGENT_EXIT_BAD_INPUT, MIG_LAYOUT_PATH
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("probe", help="print the probe JSON document (see `probe --help`)")
     apply = commands.add_parser("apply", help="make the GPUs match the MIG layout file")
     apply.add_argument(
-        "--layout", default=DEFAULT_LAYOUT, help=f"the MIG layout file (default {DEFAULT_LAYOUT})"
+        "--layout", default=MIG_LAYOUT_PATH, help=f"the MIG layout file (default {MIG_LAYOUT_PATH})"
     )
     apply.add_argument(
         "--boot", action="store_true", help="run from the boot unit: never ask for a reboot"
@@ -51,7 +51,7 @@ def _apply(path: str, *, boot: bool, check: bool) -> int:
         planned = layout.load(path)
     except layout.LayoutError as e:
         print(f"error: {e}", file=sys.stderr)
-        return apply.EXIT_BAD_INPUT
+        return AGENT_EXIT_BAD_INPUT
     code, report = apply.run(planned, boot=boot, check=check)
     print(json.dumps(report, indent=2))
     if report["error"]:

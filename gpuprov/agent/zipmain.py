@@ -21,8 +21,19 @@ import os
 import stat
 import sys
 
-DEFAULT_CACHE = "/var/cache/gpuprov"
 STALE_S = 3600  # another bundle's copy unused for this long is removed
+
+
+def _contract(archive: str):
+    """``gpuprov/contract.py`` loaded from the zip under its own name, leaving ``gpuprov`` itself
+    unimported so that it later comes from the cached copy."""
+    import importlib.util
+    import zipimport
+
+    spec = zipimport.zipimporter(os.path.join(archive, "gpuprov")).find_spec("contract")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def cached_copy(archive: str, base: str) -> str | None:
@@ -104,7 +115,9 @@ if __name__ == "__main__":
     archive = getattr(__spec__.loader, "archive", None) if __spec__ else None  # the zip
     if archive:
         try:
-            copy = cached_copy(archive, os.environ.get("GPUPROV_AGENT_CACHE") or DEFAULT_CACHE)
+            contract = _contract(archive)
+            base = os.environ.get(contract.AGENT_CACHE_ENV) or contract.AGENT_CACHE_DIR
+            copy = cached_copy(archive, base)
         except Exception:  # the cache only saves time; the zip always works
             copy = None
         if copy:

@@ -107,6 +107,20 @@ class Catalog:
         """Aliases that look like a misspelt ``name`` (``A100-80G`` -> ``['A100-80GB']``)."""
         return difflib.get_close_matches(name, list(self.models), n=3, cutoff=0.5)
 
+    def unknown_model(self, name: str) -> str:
+        """The message for a model the catalog lacks, with the likely one or the known ones.
+
+        >>> load().unknown_model("A100-80G")
+        "unknown GPU model 'A100-80G'; did you mean A100-80GB?"
+        """
+        close = self.close_matches(name)
+        hint = (
+            f"; did you mean {' or '.join(close)}?"
+            if close
+            else f"; known models: {', '.join(self.models)}"
+        )
+        return f"unknown GPU model {name!r}{hint}"
+
 
 @cache
 def load() -> Catalog:

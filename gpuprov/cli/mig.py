@@ -7,14 +7,8 @@ import sys
 import click
 
 from gpuprov import catalog
-from gpuprov.cli.output import (
-    EXIT_BAD_INPUT,
-    EXIT_DRIFT,
-    bad_input,
-    emit_json,
-    format_option,
-    table,
-)
+from gpuprov.cli.output import bad_input, emit_json, format_option, table
+from gpuprov.contract import EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_OK
 from gpuprov.errors import InputError, Problem
 from gpuprov.mig.solver import solve
 
@@ -27,15 +21,7 @@ def mig() -> None:
 def _model(name: str) -> catalog.GpuModel:
     model = catalog.find_model(name)
     if model is None:
-        close = catalog.load().close_matches(name)
-        hint = (
-            f"; did you mean {' or '.join(close)}?"
-            if close
-            else f"; known models: {', '.join(catalog.load().models)}"
-        )
-        raise InputError(
-            [Problem("command line", f"unknown GPU model {name!r}{hint}", key="MODEL")]
-        )
+        raise InputError([Problem("command line", catalog.load().unknown_model(name), key="MODEL")])
     return model
 
 
@@ -94,7 +80,7 @@ def check(model: str, layout: tuple[str, ...], fmt: str) -> None:
         click.echo(f"does not fit {gpu.alias}: {fit.reason}")
     if fit.kind == "unknown-profile":
         sys.exit(EXIT_BAD_INPUT)
-    sys.exit(0 if fit.fits else EXIT_DRIFT)
+    sys.exit(EXIT_OK if fit.fits else EXIT_DRIFT)
 
 
 @mig.command()

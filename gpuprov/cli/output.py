@@ -11,9 +11,8 @@ from typing import Any
 import click
 from tabulate import tabulate
 
+from gpuprov.contract import EXIT_BAD_INPUT
 from gpuprov.errors import InputError
-
-EXIT_OK, EXIT_DRIFT, EXIT_BAD_INPUT = 0, 1, 2
 
 format_option = click.option(
     "--format",

@@ -14,11 +14,11 @@ from pathlib import Path
 import click
 from pyinfra.api import State
 
+from gpuprov.contract import EXIT_BAD_INPUT
 from gpuprov.errors import InputError, Problem
 from gpuprov.inventory import LoadedInventory, from_pyinfra
 from gpuprov.plan import ClusterPlan, build
 
-EXIT_BAD_INPUT = 2
 _KEY_FILES = ("driver_repo_key", "container_toolkit_repo_key")
 # (state, plan) of the current run; the State itself is kept, so a later run never mistakes it.
 _cached: tuple[State, ClusterPlan] | None = None

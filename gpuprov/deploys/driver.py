@@ -7,16 +7,17 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from gpuprov.contract import (
+    DRIVER_REPO,
+    FABRIC_MANAGER_UNIT,
+    NOUVEAU_BLACKLIST_PATH,
+    PERSISTENCED_UNIT,
+)
 from gpuprov.deploys import repo
 from gpuprov.deploys.render import render
 from gpuprov.deploys.view import HostView, Watch, ensure_file
 from gpuprov.operations.packages import pending, pinned
 from gpuprov.operations.units import service
-
-REPO = "gpuprov-nvidia-driver"
-BLACKLIST = "/etc/modprobe.d/gpuprov-blacklist-nouveau.conf"
-PERSISTENCED = "nvidia-persistenced.service"
-FABRIC_MANAGER = "nvidia-fabricmanager.service"
 
 
 def packages(settings: dict) -> dict[str, str]:
@@ -32,8 +33,8 @@ def packages(settings: dict) -> dict[str, str]:
 
 
 def units(settings: dict) -> list[str]:
-    return ([PERSISTENCED] if settings["driver_persistenced"] else []) + (
-        [FABRIC_MANAGER] if settings["driver_fabric_manager"] else []
+    return ([PERSISTENCED_UNIT] if settings["driver_persistenced"] else []) + (
+        [FABRIC_MANAGER_UNIT] if settings["driver_fabric_manager"] else []
     )
 
 
@@ -41,10 +42,12 @@ def watch(settings: dict) -> Watch:
     if settings["driver_version"] is None:
         return Watch()
     out = Watch(
-        paths=(BLACKLIST,), packages=tuple(packages(settings)), units=tuple(units(settings))
+        paths=(NOUVEAU_BLACKLIST_PATH,),
+        packages=tuple(packages(settings)),
+        units=tuple(units(settings)),
     )
     if settings["driver_repo_url"]:
-        out += repo.watch(REPO, settings["driver_repo_key"])
+        out += repo.watch(DRIVER_REPO, settings["driver_repo_key"])
     return out
 
 
@@ -73,14 +76,19 @@ def driver(view: HostView) -> None:
     if settings["driver_repo_url"]:
         repo.repository(
             view,
-            REPO,
+            DRIVER_REPO,
             settings["driver_repo_url"],
             settings["driver_repo_suite"],
             settings["driver_repo_components"],
             settings["driver_repo_key"],
         )
 
-    ensure_file(view, "blacklist nouveau", BLACKLIST, render("gpuprov-blacklist-nouveau.conf.j2"))
+    ensure_file(
+        view,
+        "blacklist nouveau",
+        NOUVEAU_BLACKLIST_PATH,
+        render("gpuprov-blacklist-nouveau.conf.j2"),
+    )
 
     wanted = packages(settings)
     wrong, holds = pending(view.packages, wanted)

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
+from gpuprov.contract import KUBELET_DROP_IN
 from gpuprov.deploys.render import render
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
 from gpuprov.operations import kubelet as kubelet_ops
 from gpuprov.operations.units import restarted
 
-DROP_IN = "50-gpuprov.conf"  # drop-ins must end in .conf, applied in sorted order (k8s.md 5)
-
 
 def watch(settings: dict) -> Watch:
     if settings["kubelet_config_dir"]:
-        return Watch(paths=(f"{settings['kubelet_config_dir']}/{DROP_IN}",))
+        return Watch(paths=(f"{settings['kubelet_config_dir']}/{KUBELET_DROP_IN}",))
     path = settings["kubelet_config_path"]
     return Watch(paths=(path,), read=(path,))
 
@@ -27,7 +26,7 @@ def kubelet(view: HostView) -> None:
         op = ensure_file(
             view,
             f"kubelet drop-in: maxPods {max_pods}",
-            f"{settings['kubelet_config_dir']}/{DROP_IN}",
+            f"{settings['kubelet_config_dir']}/{KUBELET_DROP_IN}",
             render(
                 "50-gpuprov.conf.j2", host=view.plan.name, mode=view.plan.mode, max_pods=max_pods
             ),

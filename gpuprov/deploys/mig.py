@@ -10,24 +10,25 @@ from pyinfra.api import deploy
 from pyinfra.operations import server, systemd
 
 from gpuprov.agent.bundle import build_bundle
-from gpuprov.agent.layout import SCHEMA as LAYOUT_SCHEMA
+from gpuprov.contract import (
+    MIG_LAYOUT_PATH,
+    MIG_LAYOUT_SCHEMA,
+    MIG_OFF_PATH,
+    MIG_UNIT,
+    MIG_UNIT_PATH,
+)
 from gpuprov.deploys.render import render
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
 from gpuprov.operations.mig import applied, differences, reboot_requested
 from gpuprov.operations.units import service
 from gpuprov.plan import HostPlan
 
-LAYOUT = "/etc/gpuprov/mig-layout.json"
-UNIT = "gpuprov-mig.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT}"
-MIG_OFF = "/run/gpuprov/mig-off.json"  # a one-off layout; hosts outside `mig` keep none
-
 
 def document(plan: HostPlan) -> dict[str, Any]:
     """The host's mig-layout.json (schema gpuprov.mig-layout/v1); MIG off outside ``mig``."""
     mig = plan.mode == "mig"
     return {
-        "schema": LAYOUT_SCHEMA,
+        "schema": MIG_LAYOUT_SCHEMA,
         "gpus": [
             {
                 "index": g.index,
@@ -48,7 +49,7 @@ def layout_text(plan: HostPlan) -> str:
 def watch(settings: dict, mode: str) -> Watch:
     out = Watch(paths=(settings["gpuprov_agent_path"],))
     if mode == "mig":
-        out += Watch(paths=(LAYOUT, UNIT_PATH), units=(UNIT,))
+        out += Watch(paths=(MIG_LAYOUT_PATH, MIG_UNIT_PATH), units=(MIG_UNIT,))
     return out
 
 
@@ -71,23 +72,23 @@ def agent(view: HostView) -> None:
 def mig_layout(view: HostView) -> None:
     settings = view.settings
     agent_path, python = settings["gpuprov_agent_path"], settings["gpuprov_python"]
-    ensure_file(view, f"MIG layout {LAYOUT}", LAYOUT, layout_text(view.plan))
+    ensure_file(view, f"MIG layout {MIG_LAYOUT_PATH}", MIG_LAYOUT_PATH, layout_text(view.plan))
     unit = ensure_file(
         view,
-        f"boot unit {UNIT}",
-        UNIT_PATH,
-        render("gpuprov-mig.service.j2", python=python, agent=agent_path, layout=LAYOUT),
+        f"boot unit {MIG_UNIT}",
+        MIG_UNIT_PATH,
+        render("gpuprov-mig.service.j2", python=python, agent=agent_path, layout=MIG_LAYOUT_PATH),
     )
     if unit:
         systemd.daemon_reload(name="systemd daemon-reload", _if=changed(unit))
-    if view.units.get(UNIT, {}).get("enabled") != "enabled":
-        service(name=f"{UNIT} enabled at boot", units=[UNIT], running=None)
-    _apply(view, LAYOUT, upload=False, reboot=settings["mig_reboot"])
+    if view.units.get(MIG_UNIT, {}).get("enabled") != "enabled":
+        service(name=f"{MIG_UNIT} enabled at boot", units=[MIG_UNIT], running=None)
+    _apply(view, MIG_LAYOUT_PATH, upload=False, reboot=settings["mig_reboot"])
 
 
 @deploy("MIG off")
 def mig_off(view: HostView) -> None:
-    _apply(view, MIG_OFF, upload=True, reboot=view.settings["mig_reboot"])
+    _apply(view, MIG_OFF_PATH, upload=True, reboot=view.settings["mig_reboot"])
 
 
 def _apply(view: HostView, path: str, upload: bool, reboot: bool) -> None:

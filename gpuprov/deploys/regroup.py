@@ -9,20 +9,28 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from gpuprov.deploys.mig import LAYOUT, UNIT, UNIT_PATH
+from gpuprov.contract import MIG_LAYOUT_PATH, MIG_UNIT, MIG_UNIT_PATH
 from gpuprov.deploys.view import HostView, Watch, ensure_file
 from gpuprov.operations.units import absent
 
 
 def watch(mode: str) -> Watch:
-    return Watch() if mode == "mig" else Watch(paths=(LAYOUT, UNIT_PATH), units=(UNIT,))
+    return (
+        Watch()
+        if mode == "mig"
+        else Watch(paths=(MIG_LAYOUT_PATH, MIG_UNIT_PATH), units=(MIG_UNIT,))
+    )
 
 
 @deploy("Leftovers of a previous mode")
 def leftovers(view: HostView) -> None:
     if view.plan.mode == "mig":
         return
-    unit = view.units.get(UNIT, {})
-    if view.files.get(UNIT_PATH) is not None or unit.get("enabled") not in (None, "", "not-found"):
-        absent(name=f"{UNIT} gone (host left mig)", unit=UNIT, path=UNIT_PATH)
-    ensure_file(view, f"{LAYOUT} gone (host left mig)", LAYOUT, present=False)
+    unit = view.units.get(MIG_UNIT, {})
+    if view.files.get(MIG_UNIT_PATH) is not None or unit.get("enabled") not in (
+        None,
+        "",
+        "not-found",
+    ):
+        absent(name=f"{MIG_UNIT} gone (host left mig)", unit=MIG_UNIT, path=MIG_UNIT_PATH)
+    ensure_file(view, f"{MIG_LAYOUT_PATH} gone (host left mig)", MIG_LAYOUT_PATH, present=False)

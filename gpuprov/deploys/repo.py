@@ -6,22 +6,20 @@ from pathlib import Path
 
 from pyinfra.operations import apt
 
-from gpuprov.deploys.view import MODE, HostView, Watch, changed, ensure_file
+from gpuprov.contract import APT_KEYRINGS_DIR, APT_SOURCES_DIR, FILE_MODE
+from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
 from gpuprov.operations.files import is_current
 from gpuprov.operations.packages import source, source_text
-
-KEYRINGS = "/etc/apt/keyrings"
-SOURCES = "/etc/apt/sources.list.d"
 
 
 def keyring_path(name: str, key: str) -> str:
     # apt reads an armored key only from a .asc file, a binary one from .gpg (sources.list(5)).
     armored = Path(key).expanduser().read_bytes().lstrip().startswith(b"-----BEGIN PGP")
-    return f"{KEYRINGS}/{name}.{'asc' if armored else 'gpg'}"
+    return f"{APT_KEYRINGS_DIR}/{name}.{'asc' if armored else 'gpg'}"
 
 
 def watch(name: str, key: str | None) -> Watch:
-    paths = [f"{SOURCES}/{name}.sources"]
+    paths = [f"{APT_SOURCES_DIR}/{name}.sources"]
     if key:
         paths.append(keyring_path(name, key))
     return Watch(paths=tuple(paths))
@@ -37,10 +35,10 @@ def repository(
         key_op = ensure_file(
             view, f"apt keyring {keyring}", keyring, Path(key).expanduser().read_bytes()
         )
-    dest = f"{SOURCES}/{name}.sources"
+    dest = f"{APT_SOURCES_DIR}/{name}.sources"
     text = source_text(url, suite, components, keyring)
     source_op = None
-    if dest not in view.files or not is_current(view.files[dest], text.encode(), MODE):
+    if dest not in view.files or not is_current(view.files[dest], text.encode(), FILE_MODE):
         source_op = source(
             name=f"apt source {dest}",
             filename=name,

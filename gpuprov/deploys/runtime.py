@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
+from gpuprov.contract import (
+    CRI_PLUGIN,
+    DOCKER_DAEMON_PATH,
+    TOOLKIT_REPO,
+    containerd_drop_in_glob,
+    containerd_drop_in_path,
+)
 from gpuprov.deploys import repo
 from gpuprov.deploys.render import render
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
@@ -12,7 +19,6 @@ from gpuprov.operations import containerd, docker
 from gpuprov.operations.packages import pending, pinned
 from gpuprov.operations.units import restarted
 
-REPO = "gpuprov-nvidia-container-toolkit"
 # Pinned together: each depends on the others at the same version (k8s.md 3.4).
 TOOLKIT_PACKAGES = (
     "nvidia-container-toolkit",
@@ -20,19 +26,16 @@ TOOLKIT_PACKAGES = (
     "libnvidia-container-tools",
     "libnvidia-container1",
 )
-DROP_IN_DIR = "/etc/containerd/conf.d"
-DROP_IN = f"{DROP_IN_DIR}/99-nvidia.toml"  # the path nvidia-ctk >= 1.19 uses (k8s.md 3.2)
-DAEMON_JSON = "/etc/docker/daemon.json"
 
 
 def watch(settings: dict) -> Watch:
     out = Watch(packages=TOOLKIT_PACKAGES if settings["container_toolkit_version"] else ())
     if settings["container_toolkit_version"] and settings["container_toolkit_repo_url"]:
-        out += repo.watch(REPO, settings["container_toolkit_repo_key"])
+        out += repo.watch(TOOLKIT_REPO, settings["container_toolkit_repo_key"])
     if settings["container_runtime"] == "containerd":
         main = settings["containerd_config_path"]
-        return out + Watch(paths=(DROP_IN, main), read=(main,))
-    return out + Watch(paths=(DAEMON_JSON,), read=(DAEMON_JSON,))
+        return out + Watch(paths=(containerd_drop_in_path(main), main), read=(main,))
+    return out + Watch(paths=(DOCKER_DAEMON_PATH,), read=(DOCKER_DAEMON_PATH,))
 
 
 @deploy("Container runtime")
@@ -43,7 +46,7 @@ def container_runtime(view: HostView) -> None:
         if settings["container_toolkit_repo_url"]:
             repo.repository(
                 view,
-                REPO,
+                TOOLKIT_REPO,
                 settings["container_toolkit_repo_url"],
                 settings["container_toolkit_repo_suite"],
                 settings["container_toolkit_repo_components"],
@@ -71,18 +74,18 @@ def _containerd(view: HostView) -> None:
             ensure_file(
                 view,
                 "containerd: nvidia runtime drop-in",
-                DROP_IN,
+                containerd_drop_in_path(main),
                 render(
                     "99-nvidia.toml.j2",
                     version=version,
-                    cri_plugin=containerd.CRI_PLUGINS[version],
+                    cri_plugin=CRI_PLUGIN[version],
                     default=view.settings["container_runtime_default"],
                     main_config=main,
                 ),
                 validate=containerd.VALIDATE,
             )
         )
-    pattern = f"{DROP_IN_DIR}/*.toml"
+    pattern = containerd_drop_in_glob(main)
     if (
         version is None
         or view.files.get(main) is None
@@ -99,9 +102,9 @@ def _containerd(view: HostView) -> None:
 
 def _docker(view: HostView) -> None:
     default = view.settings["container_runtime_default"]
-    if docker.is_configured(view.text(DAEMON_JSON), default):
+    if docker.is_configured(view.text(DOCKER_DAEMON_PATH), default):
         return
     op = docker.daemon_json(
-        name="docker: nvidia runtime in daemon.json", path=DAEMON_JSON, default=default
+        name="docker: nvidia runtime in daemon.json", path=DOCKER_DAEMON_PATH, default=default
     )
     restarted(name="restart docker", unit="docker.service", _if=changed(op))

@@ -14,13 +14,12 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api.operation import OperationMeta
 
+from gpuprov.contract import FILE_MODE
 from gpuprov.facts.files import FileState
 from gpuprov.facts.hardware import GpuHardware, Hardware
 from gpuprov.facts.host import HostState
 from gpuprov.operations.files import config_file, is_current
 from gpuprov.plan import HostPlan
-
-MODE = "644"
 
 
 @dataclass(frozen=True)
@@ -94,10 +93,10 @@ def ensure_file(
     if dest in view.files:
         current = view.files[dest]
         data = content.encode() if isinstance(content, str) else content
-        if is_current(current, data, MODE) if present else current is None:
+        if is_current(current, data, FILE_MODE) if present else current is None:
             return None
     return config_file(
-        name=name, dest=dest, content=content, mode=MODE, validate=validate, present=present
+        name=name, dest=dest, content=content, mode=FILE_MODE, validate=validate, present=present
     )
 
 

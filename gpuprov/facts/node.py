@@ -10,7 +10,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 from typing_extensions import override
 
-from gpuprov.compare import PROBE_SCHEMA
+from gpuprov.contract import PROBE_SCHEMA
 
 
 def _agent_missing(error: str) -> str:

@@ -21,13 +21,13 @@ from pathlib import Path
 import pynvml
 
 import gpuprov
-from gpuprov import sim
+from gpuprov.contract import SIM_STATE_PATH
 from gpuprov.lab.debs import File, Package
 
 DRIVER_BRANCH = "550"
 DRIVER_VERSIONS = ("550.127.05", "550.144.03")  # upstream; the Debian version adds "-1"
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.18.0-1")  # Debian versions, as NVIDIA's repository has them
-SIM_STATE = sim.DEFAULT_STATE
+SIM_STATE = SIM_STATE_PATH
 SIM_PYTHON = "/usr/lib/nvidia-sim/python"
 
 _HERE = Path(__file__).parent / "packages"

@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 
 from gpuprov import catalog
+from gpuprov.contract import MODES
 from gpuprov.errors import InputError, Problem
 
-GROUPS = ("shared", "mig", "whole_card")
 MAX_HOSTS = 64  # IPs 10.200.0.11 .. 10.200.0.74
 SUBNET_PREFIX = "10.200.0."
 GATEWAY = SUBNET_PREFIX + "1"
@@ -98,8 +98,8 @@ def _entry(entry: Any, index: int, seen: dict[str, int]) -> LabHost:
             f"unknown keys {', '.join(sorted(unknown))} (valid: name, group, model, count)"
         )
     group = entry.get("group")
-    if group not in GROUPS:
-        raise ValueError(f"group must be one of {', '.join(GROUPS)}, got {group!r}")
+    if group not in MODES:
+        raise ValueError(f"group must be one of {', '.join(MODES)}, got {group!r}")
     model_name = entry.get("model")
     model = catalog.find_model(model_name) if isinstance(model_name, str) else None
     if model is None:

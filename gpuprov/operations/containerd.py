@@ -7,11 +7,11 @@ from pyinfra import host
 from pyinfra.api import operation
 from tomlkit.exceptions import ParseError
 
+from gpuprov.contract import CRI_PLUGIN
 from gpuprov.facts.files import FileStates
 from gpuprov.operations.failure import refuse
 from gpuprov.operations.files import replace
 
-CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}  # k8s.md 3.2
 VALIDATE = "containerd --config {path} config dump >/dev/null"
 
 
@@ -26,7 +26,7 @@ def config_version(text: str | None) -> int | None:
         version = tomlkit.parse(text).get("version")
     except ParseError:
         return None
-    return int(version) if version in CRI_PLUGINS else None
+    return int(version) if version in CRI_PLUGIN else None
 
 
 def unsupported(path: str) -> str:

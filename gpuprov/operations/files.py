@@ -5,7 +5,7 @@ there under sudo), so a daemon, or a crash, can meet a half-written file. Here e
 to a temp file in the destination's directory, is given its owner and mode, is checked by the
 ``validate`` command, and only then renamed over the old file. Before replacing (or removing) a
 file whose content gpuprov did not write itself, a copy is kept beside it as
-``<file>.gpuprov-backup-<time>``; what gpuprov wrote is recorded as a SHA1 under RECORDS.
+``<file>.gpuprov-backup-<time>``; what gpuprov wrote is recorded as a SHA1 under FILE_RECORDS_DIR.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from pyinfra.api.command import PyinfraCommand
 from pyinfra.api.util import format_text
 from pyinfra.operations.util.files import generate_color_diff
 
+from gpuprov.contract import FILE_RECORDS_DIR
 from gpuprov.facts.files import FileState, FileStates
 
-RECORDS = "/var/lib/gpuprov/files"  # the SHA1 of each file as gpuprov last wrote it
 OWNER = "root"
 
 
 def record_path(dest: str) -> str:
     """``/etc/docker/daemon.json`` -> ``/var/lib/gpuprov/files/etc/docker/daemon.json.sha1``."""
-    return f"{RECORDS}{dest}.sha1"
+    return f"{FILE_RECORDS_DIR}{dest}.sha1"
 
 
 def temp_path(dest: str) -> str:

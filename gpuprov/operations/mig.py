@@ -12,12 +12,10 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.api.operation import OperationMeta
 
+from gpuprov.contract import AGENT_EXIT_REBOOT, AGENT_REBOOT_MARK
 from gpuprov.facts.node import GpuNodeState
 from gpuprov.mig.diff import MigActions, MigDiffError, diff
 from gpuprov.operations.failure import refuse
-
-EXIT_REBOOT = 3  # the agent's "a reboot is required and allowed" (docs/architecture.md)
-REBOOT_MARK = "gpuprov-mig: reboot required"
 
 
 def differences(document: Mapping[str, Any], node: Mapping[str, Any]) -> list[MigActions] | None:
@@ -47,7 +45,7 @@ def disruptive(actions: Sequence[MigActions]) -> bool:
 
 def reboot_requested(meta: OperationMeta) -> bool:
     """Whether an ``applied`` operation ended with the agent asking for a reboot."""
-    return meta.did_succeed() and REBOOT_MARK in (meta.stdout or "")
+    return meta.did_succeed() and AGENT_REBOOT_MARK in (meta.stdout or "")
 
 
 @operation()
@@ -63,7 +61,7 @@ def applied(
 
     Reads the GPUs through the agent's probe and runs ``agent.pyz apply`` only when some GPU
     differs; the agent then touches only the GPUs (and instances) that differ. When the agent
-    says a reboot is needed (exit 3), the operation succeeds and prints ``REBOOT_MARK``; follow
+    says a reboot is needed (exit 3), the operation succeeds and prints ``AGENT_REBOOT_MARK``; follow
     it with a reboot ``_if=lambda: reboot_requested(op)``.
 
     + document: the layout (one entry per GPU: ``index``, ``mig_enabled``, ``instances``)
@@ -105,7 +103,7 @@ def applied(
     yield StringCommand(
         f"{p} {a} apply --layout {lp}; rc=$?; "
         + (f"rm -f {lp}; " if upload else "")
-        + f"if [ $rc -eq {EXIT_REBOOT} ]; then echo {shlex.quote(REBOOT_MARK)}; "
+        + f"if [ $rc -eq {AGENT_EXIT_REBOOT} ]; then echo {shlex.quote(AGENT_REBOOT_MARK)}; "
         "exit 0; fi; exit $rc"
     )
 

@@ -16,11 +16,6 @@ from __future__ import annotations
 
 from gpuprov.sim.nvml import SimulatedNvml
 
-ENV_VAR = "GPUPROV_NVML_SIM"
-# Where the lab's simulated hosts keep their state; the sim's own commands fall back to it when
-# GPUPROV_NVML_SIM is unset (the probe and the applier never do: for them unset means real NVML).
-DEFAULT_STATE = "/var/lib/nvidia-sim/gpus.json"
-
 
 def install(path: str) -> SimulatedNvml:
     """Make pynvml use the simulated driver in state file ``path``; returns the library object.

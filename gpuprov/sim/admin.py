@@ -22,14 +22,14 @@ from collections.abc import Sequence
 
 import pynvml
 
-from gpuprov.sim import DEFAULT_STATE, ENV_VAR
+from gpuprov.contract import SIM_ENV, SIM_STATE_PATH
 from gpuprov.sim import state as sim_state
 from gpuprov.sim.nvml import FUNCTIONS
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuprov-sim", description=__doc__.splitlines()[0])
-    parser.add_argument("--state", help=f"state file (default: ${ENV_VAR} or {DEFAULT_STATE})")
+    parser.add_argument("--state", help=f"state file (default: ${SIM_ENV} or {SIM_STATE_PATH})")
     commands = parser.add_subparsers(dest="command", required=True)
 
     init = commands.add_parser("init", help="create a host's GPUs (MIG off, no instances)")
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = _parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    path = options.state or os.environ.get(ENV_VAR) or DEFAULT_STATE
+    path = options.state or os.environ.get(SIM_ENV) or SIM_STATE_PATH
     try:
         if options.command == "init":
             sim_state.write_new(

@@ -29,12 +29,12 @@ from typing import Any
 
 import pynvml
 
-from gpuprov.sim import DEFAULT_STATE, ENV_VAR, install
+from gpuprov.contract import NVML_PROFILE_ABSENT, SIM_ENV, SIM_STATE_PATH
+from gpuprov.sim import install
 from gpuprov.sim import state as sim_state
 
 EXIT_OK, EXIT_ARGUMENT, EXIT_NOT_SUPPORTED, EXIT_PERMISSION = 0, 2, 3, 4
 EXIT_NOT_FOUND, EXIT_DRIVER, EXIT_LIBRARY, EXIT_OTHER = 6, 9, 12, 255
-_ABSENT = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT)
 _IN_USE_HINT = (
     "currently being used by one or more other processes (e.g., Fabric Manager, "
     "CUDA application, graphics application such as an X server, or a monitoring "
@@ -54,7 +54,7 @@ class SmiError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``nvidia-smi`` command line; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    path = os.environ.get(ENV_VAR) or DEFAULT_STATE
+    path = os.environ.get(SIM_ENV) or SIM_STATE_PATH
     try:
         if args[:1] == ["mig"]:
             options = _mig_parser().parse_args(args[1:])
@@ -372,7 +372,7 @@ def _gi_profiles(device: Any) -> list[Any]:
         try:
             found.append(pynvml.nvmlDeviceGetGpuInstanceProfileInfo(device, const))
         except pynvml.NVMLError as e:
-            if e.value not in _ABSENT:
+            if e.value not in NVML_PROFILE_ABSENT:
                 raise
     return sorted(found, key=lambda p: (p.sliceCount, p.memorySizeMB, p.id))
 
@@ -565,7 +565,7 @@ def _ci_profiles(gi: Any) -> list[Any]:
                 )
             )
         except pynvml.NVMLError as e:
-            if e.value not in _ABSENT:
+            if e.value not in NVML_PROFILE_ABSENT:
                 raise
     return found
 

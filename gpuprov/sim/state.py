@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpuprov import catalog
+from gpuprov.contract import SIM_SCHEMA
 
-SCHEMA = "gpuprov.sim/v1"
 DEFAULT_DRIVER_VERSION = "550.127.05"
 _UUID_NAMESPACE = uuid.UUID("5a1c0d3e-6f0b-4c8e-9a43-6770757072f6")
 
@@ -61,7 +61,7 @@ def new_state(
     if count < 1:
         raise StateError(f"a host needs at least one GPU, not {count}")
     return {
-        "schema": SCHEMA,
+        "schema": SIM_SCHEMA,
         "driver": {"loaded": True, "version": driver_version},
         "gpus": [new_gpu(gpu_model.alias, index, seed) for index in range(count)],
         "faults": {"fail_after": None},
@@ -93,8 +93,8 @@ def load(path: str) -> State:
         raise StateError(f"{path}: no simulated driver state (run `gpuprov-sim init`)") from None
     except (OSError, ValueError) as e:
         raise StateError(f"{path}: cannot read simulated driver state: {e}") from None
-    if not isinstance(state, dict) or state.get("schema") != SCHEMA:
-        raise StateError(f"{path}: not a {SCHEMA} state file")
+    if not isinstance(state, dict) or state.get("schema") != SIM_SCHEMA:
+        raise StateError(f"{path}: not a {SIM_SCHEMA} state file")
     return state
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpuprov.deploys.mig import UNIT
+from gpuprov.contract import MIG_UNIT
 from gpuprov.lab.testing import observed_instances, planned_instances
 
 pytestmark = pytest.mark.lab
@@ -22,7 +22,7 @@ def test_after_a_reboot_the_boot_unit_rebuilds_the_layout_and_verify_passes(lab,
     assert result.returncode == 0, result.stdout + result.stderr
     assert observed_instances(lab.probe(host)) == planned_instances(lab.plan()[host])
     # The boot unit's report of this boot: it created the instances the reboot had cleared.
-    report = json.loads(lab.run(host, f"journalctl -b -o cat _SYSTEMD_UNIT={UNIT}").stdout)
+    report = json.loads(lab.run(host, f"journalctl -b -o cat _SYSTEMD_UNIT={MIG_UNIT}").stdout)
     created = [a for g in report["gpus"] for a in g["actions"] if a["action"] == "create"]
     assert report["changed"] and report["error"] is None
     assert len(created) == sum(map(len, planned_instances(lab.plan()[host]).values()))

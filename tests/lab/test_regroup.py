@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpuprov.deploys.mig import LAYOUT, UNIT, UNIT_PATH
+from gpuprov.contract import MIG_LAYOUT_PATH, MIG_UNIT, MIG_UNIT_PATH
 from gpuprov.lab.testing import observed_instances, planned_instances
 
 pytestmark = pytest.mark.lab
@@ -35,7 +35,7 @@ def test_a_shared_host_moved_to_mig_and_back_verifies_with_no_leftovers(lab, dep
     lab.deploy(moved)
     result = lab.verify(moved)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert node.file(LAYOUT).is_file and node.service(UNIT).is_enabled
+    assert node.file(MIG_LAYOUT_PATH).is_file and node.service(MIG_UNIT).is_enabled
     config = plugin_config(lab, host)
     assert "sharing" not in config and config["flags"]["migStrategy"] == as_mig["mig_strategy"]
     probe = lab.probe(host)
@@ -45,8 +45,8 @@ def test_a_shared_host_moved_to_mig_and_back_verifies_with_no_leftovers(lab, dep
     lab.deploy()
     result = lab.verify()
     assert result.returncode == 0, result.stdout + result.stderr
-    assert not node.file(LAYOUT).exists and not node.file(UNIT_PATH).exists
-    assert node.check_output(f"systemctl show -P LoadState {UNIT}") == "not-found"
+    assert not node.file(MIG_LAYOUT_PATH).exists and not node.file(MIG_UNIT_PATH).exists
+    assert node.check_output(f"systemctl show -P LoadState {MIG_UNIT}") == "not-found"
     probe = lab.probe(host)
     assert all(
         g["mig"] == {"current": False, "pending": False} and g["gpu_instances"] == []
