@@ -10,7 +10,7 @@ Hosts in no mode group are left alone.
 from pyinfra import host, state
 
 from gpuprov.deploys.cluster import cluster_plan
-from gpuprov.deploys.node import gpu_node
+from gpuprov.deploys.gpu_node import gpu_node
 
 _plan = cluster_plan(state)
 if host.name in {h.name for h in _plan.hosts}:

@@ -19,7 +19,6 @@ import fnmatch
 import json
 import posixpath
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -40,6 +39,7 @@ from gpuprov.contract import (
     containerd_drop_in_glob,
     kubelet_drop_in_glob,
 )
+from gpuprov.findings import Finding
 from gpuprov.mig.diff import MigDiffError, ObservedGi, diff
 from gpuprov.mig.instance import Instance
 from gpuprov.plan import GpuPlan, HostPlan
@@ -54,33 +54,6 @@ except ModuleNotFoundError:  # Python 3.10
 
 # What `nvidia-ctk runtime configure` writes, and the deploy with it (k8s.md 3.2).
 # containerd config version -> the CRI plugin that holds `containerd.runtimes` (k8s.md 3.2).
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One way a host differs from its plan, with what to do about it.
-
-    >>> Finding("gpu-1", 3, "mig-mode", "enabled", "disabled (pending enabled)",
-    ...         "reboot or reset GPU 3 to apply the pending MIG mode").as_dict()["gpu"]
-    3
-    """
-
-    host: str
-    gpu: int | None
-    check: str
-    expected: str
-    found: str
-    hint: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "gpu": self.gpu,
-            "check": self.check,
-            "expected": self.expected,
-            "found": self.found,
-            "hint": self.hint,
-        }
 
 
 def wanted_files(plan: HostPlan) -> tuple[list[str], list[str]]:

@@ -1,7 +1,7 @@
 """Read every planned host's state (live over pyinfra, or from saved probe snapshots) and compare.
 
 Live, each host costs one round trip: pyinfra connects to all hosts in parallel, then one
-``GpuNodeState`` fact per host runs the agent's probe with that host's own paths, all in
+``AgentProbe`` fact per host runs the agent's probe with that host's own paths, all in
 pyinfra's gevent pool at once.
 
 >>> loaded, cluster = load_plan("inventories/example.py", ())              # doctest: +SKIP
@@ -27,16 +27,17 @@ from pyinfra.api.host import Host
 from pyinfra.context import ctx_host, ctx_state
 
 from gpuprov import inventory as inventory_
-from gpuprov.compare import Finding, compare, unreachable, wanted_files
+from gpuprov.compare import compare, unreachable, wanted_files
 from gpuprov.errors import InputError, Problem
-from gpuprov.facts.node import GpuNodeState
+from gpuprov.facts.probe import AgentProbe
+from gpuprov.findings import Finding
 from gpuprov.plan import HostPlan
 
 Results = dict[str, list[Finding]]
 
 
 def fact_arguments(plan: HostPlan) -> dict[str, Any]:
-    """The ``GpuNodeState`` arguments for one host: its agent, interpreter and wanted files."""
+    """The ``AgentProbe`` arguments for one host: its agent, interpreter and wanted files."""
     files, globs = wanted_files(plan)
     return {
         "agent_path": plan.settings["gpuprov_agent_path"],
@@ -101,14 +102,14 @@ def verify_live(loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan]) -
 
 
 def _gather(state: State, hosts: list[tuple[Host, HostPlan]]) -> dict[str, dict[str, Any]]:
-    """GpuNodeState of each host, each with its own arguments, in parallel in pyinfra's pool."""
+    """AgentProbe of each host, each with its own arguments, in parallel in pyinfra's pool."""
 
     def one(host: Host, plan: HostPlan) -> dict[str, Any]:
         with ctx_host.use(host):
             # apply_failed_hosts=False: a host whose probe fails is a finding, not a reason
             # for pyinfra to stop the others ("No hosts remaining!").
             return get_fact(
-                state, host, GpuNodeState, kwargs=fact_arguments(plan), apply_failed_hosts=False
+                state, host, AgentProbe, kwargs=fact_arguments(plan), apply_failed_hosts=False
             )
 
     with ctx_state.use(state):

@@ -12,7 +12,6 @@ import textwrap
 import pytest
 
 from gpuprov.compare import (
-    Finding,
     compare,
     hosts_summary,
     unreachable,

@@ -42,7 +42,7 @@ def probe(model: str, count: int, mig_on: tuple[int, ...] = ()) -> str:
 def host_state(node: str, hardware: list[str]) -> list[str]:
     """What the deploy's one HostState command prints (no files, packages or units yet)."""
     nvml_ok = json.loads(node)["nvml"] == "ok"
-    return ["@@ host:node", *node.splitlines(), "@@ host:snapshot", "@@ host:hardware"] + (
+    return ["@@ host:probe", *node.splitlines(), "@@ host:managed", "@@ host:hardware"] + (
         [] if nvml_ok else hardware
     )
 
@@ -59,15 +59,15 @@ def lspci(device: str, count: int) -> list[str]:
 INVENTORY = """
 _fast = {{"fake_delay": 0, "fake_delay_jitter": 0}}
 shared = (
-    [("@fake/gpu-a100", {{**_fast, "fake_responses": {{"@@ host:node": {a100_state},
+    [("@fake/gpu-a100", {{**_fast, "fake_responses": {{"@@ host:probe": {a100_state},
                                                       "lspci -Dnmm": {a100},
                                                       "agent.pyz probe": {a100_probe!r}}}}}),
-     ("@fake/gpu-wrong", {{**_fast, "fake_responses": {{"@@ host:node": {wrong_state},
+     ("@fake/gpu-wrong", {{**_fast, "fake_responses": {{"@@ host:probe": {wrong_state},
                                                        "lspci -Dnmm": {h200}}}}})],
     {{"gpu_model": "A100-80GB", "gpu_count": 8, "time_slicing_replicas": {replicas}}},
 )
 whole_card = (
-    [("@fake/gpu-h200", {{**_fast, "fake_responses": {{"@@ host:node": {h200_state},
+    [("@fake/gpu-h200", {{**_fast, "fake_responses": {{"@@ host:probe": {h200_state},
                                                       "lspci -Dnmm": {h200},
                                                       "agent.pyz probe": {h200_probe!r}}}}})],
     {{"gpu_model": "H200-141GB", "gpu_count": 4, "kubelet_config_dir": "/etc/kubernetes/kubelet.conf.d"}},

@@ -6,8 +6,8 @@ import hashlib
 import subprocess
 
 from gpuprov.facts.files import FileStates
+from gpuprov.facts.managed import ManagedState
 from gpuprov.facts.packages import PackageStates
-from gpuprov.facts.snapshot import HostSnapshot
 
 
 def run(command: str) -> list[str]:
@@ -47,7 +47,7 @@ def test_package_states_knows_an_installed_package_and_skips_an_unknown_one():
 def test_snapshot_sections_line_up(tmp_path):
     path = tmp_path / "a.conf"
     path.write_text("x\n")
-    fact = HostSnapshot()
+    fact = ManagedState()
     snapshot = fact.process(
         run(fact.command([str(path)], read=[str(path)], packages=["gpuprov-no-such-package"]))
     )

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from gpuprov.agent.bundle import write_bundle
 from gpuprov.cli import main
 from gpuprov.contract import SIM_ENV
-from gpuprov.facts.node import GpuNodeState
+from gpuprov.facts.probe import AgentProbe
 from gpuprov.inventory import load
 from gpuprov.plan import build
 from gpuprov.sim import state as sim_state
@@ -263,7 +263,7 @@ def test_unreachable_host_is_named_and_exits_1(host):
 
 
 def test_fact_command_quotes_every_path():
-    command = GpuNodeState().command(
+    command = AgentProbe().command(
         agent_path="/opt/a b/agent.pyz",
         python="python3",
         files=["/etc/x y.yaml"],

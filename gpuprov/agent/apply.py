@@ -27,7 +27,7 @@ from typing import Any
 
 import pynvml
 
-from gpuprov.agent import instances
+from gpuprov.agent import nvml_instances
 from gpuprov.agent.layout import Layout
 from gpuprov.agent.reset import reset
 from gpuprov.contract import AGENT_EXIT_FAILED, AGENT_EXIT_OK, AGENT_EXIT_REBOOT, MIG_APPLY_LOCK
@@ -191,7 +191,10 @@ class _Applier:
     def _destroy(self, index: int, actions: MigActions) -> None:
         for gi in actions.destroy:
             self._nvml(
-                f"GPU {index}: destroy GI {gi.id}", instances.destroy, self._device(index), gi.id
+                f"GPU {index}: destroy GI {gi.id}",
+                nvml_instances.destroy,
+                self._device(index),
+                gi.id,
             )
             self.report.gpus[index].actions.append({"action": "destroy", **gi.as_dict()})
 
@@ -208,10 +211,10 @@ class _Applier:
     def _create(self, index: int, actions: MigActions) -> None:
         for target in actions.create:
             where = f"GPU {index}: create {target.profile} at {target.start}:{target.size}"
-            gi = self._nvml(where, instances.create_gpu_instance, self._device(index), target)
+            gi = self._nvml(where, nvml_instances.create_gpu_instance, self._device(index), target)
             record = {
                 "action": "create",
-                "gi": self._nvml(where, instances.gpu_instance_id, gi),
+                "gi": self._nvml(where, nvml_instances.gpu_instance_id, gi),
                 "ci": None,
                 **target.as_dict(),
             }
@@ -219,7 +222,7 @@ class _Applier:
             self.report.gpus[index].actions.append(record)
             record["ci"] = self._nvml(
                 f"{where}: its compute instance",
-                instances.create_full_compute_instance,
+                nvml_instances.create_full_compute_instance,
                 gi,
                 target.compute_slices,
             )
@@ -253,5 +256,5 @@ class _Applier:
     def _nvml(self, what: str, function: Any, *args: Any) -> Any:
         try:
             return function(*args)
-        except (pynvml.NVMLError, instances.InstanceError) as e:
+        except (pynvml.NVMLError, nvml_instances.InstanceError) as e:
             raise ApplyFailed(f"{what}: {e}") from None

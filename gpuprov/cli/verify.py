@@ -10,8 +10,9 @@ import click
 from gpuprov import verify as verify_
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
 from gpuprov.cli.plan import limit_option, load_plan
-from gpuprov.compare import Finding, hosts_summary, verify_report
+from gpuprov.compare import hosts_summary, verify_report
 from gpuprov.contract import EXIT_DRIFT, EXIT_OK
+from gpuprov.findings import Finding
 
 # Column widths that keep the six-column table within 100 characters.
 _WIDTHS = {"host": 14, "gpu": 3, "check": 17, "expected": 19, "found": 19, "hint": 17}

@@ -54,8 +54,8 @@ def watch(settings: dict, mode: str) -> Watch:
 
 
 def pending_actions(view: HostView):
-    """The MIG actions the node needs (None: the node state cannot tell yet)."""
-    return differences(document(view.plan), view.node)
+    """The MIG actions the node needs (None: the probe cannot tell yet)."""
+    return differences(document(view.plan), view.probe)
 
 
 @deploy("gpuprov agent")

@@ -1,8 +1,8 @@
-"""What one host's deploy knows before it changes anything: its plan and one snapshot.
+"""What one host's deploy knows before it changes anything: its plan and its current state.
 
-The snapshot is read once per host, in one round trip (``HostState``: the GPU node state, files,
+The state is read once per host, in one round trip (``HostState``: the agent probe, files,
 packages, units and the hardware). A deploy step schedules an operation only for what the
-snapshot shows differs from the plan; the scheduled operation reads its own fact again when it
+state shows differs from the plan; the scheduled operation reads its own fact again when it
 runs, so the change itself is still decided on the state of that moment.
 """
 
@@ -24,7 +24,7 @@ from gpuprov.plan import HostPlan
 
 @dataclass(frozen=True)
 class Watch:
-    """What a deploy step wants in the snapshot."""
+    """What a deploy step wants to read."""
 
     paths: tuple[str, ...] = ()
     read: tuple[str, ...] = ()  # paths whose text is needed (edited in place)
@@ -51,7 +51,7 @@ class HostView:
     files: dict[str, FileState | None] = field(default_factory=dict)
     packages: dict[str, Any] = field(default_factory=dict)
     units: dict[str, Any] = field(default_factory=dict)
-    node: dict[str, Any] = field(default_factory=dict)
+    probe: dict[str, Any] = field(default_factory=dict)
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -62,7 +62,7 @@ class HostView:
         return state["text"] if state else None
 
     def read(self, watch: Watch) -> None:
-        """Fill in the hardware, the GPU node state and the snapshot (files, packages, units)."""
+        """Fill in the hardware, the agent probe and the managed state (files, packages, units)."""
         state = host.get_fact(
             HostState,
             agent_path=self.settings["gpuprov_agent_path"],
@@ -72,12 +72,12 @@ class HostView:
             units=list(watch.units),
             python=self.settings["gpuprov_python"],
         )
-        self.hardware, self.node = state["hardware"], state["node"]
-        snapshot = state["snapshot"]
+        self.hardware, self.probe = state["hardware"], state["probe"]
+        managed = state["managed"]
         self.files, self.packages, self.units = (
-            snapshot["files"],
-            snapshot["packages"],
-            snapshot["units"],
+            managed["files"],
+            managed["packages"],
+            managed["units"],
         )
 
 
@@ -89,7 +89,7 @@ def ensure_file(
     validate: str | None = None,
     present: bool = True,
 ) -> OperationMeta | None:
-    """Schedule ``config_file`` for ``dest`` unless the snapshot shows it already as wanted."""
+    """Schedule ``config_file`` for ``dest`` unless the host state shows it already as wanted."""
     if dest in view.files:
         current = view.files[dest]
         data = content.encode() if isinstance(content, str) else content

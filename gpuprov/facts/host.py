@@ -1,5 +1,5 @@
 """Everything a deploy compares with its plan, in one remote command: the agent's probe (NVML),
-the snapshot of files, packages and units, and the GPU hardware.
+the state of the files, packages and units gpuprov manages, and the GPU hardware.
 
 Each fact is a round trip of its own, and a no-op run is nothing but facts; one command per host
 is the floor's own cost. The hardware is read from the probe when NVML answers; ``nvidia-smi``
@@ -14,32 +14,32 @@ from pyinfra.api import FactBase
 from typing_extensions import override
 
 from gpuprov.facts.hardware import Gpu, GpuHardware, Hardware
-from gpuprov.facts.node import GpuNodeState
+from gpuprov.facts.managed import Managed, ManagedState
+from gpuprov.facts.probe import AgentProbe
 from gpuprov.facts.sections import split_sections
-from gpuprov.facts.snapshot import HostSnapshot, Snapshot
 
-_SECTIONS = ("node", "snapshot", "hardware")
+_SECTIONS = ("probe", "managed", "hardware")
 # What the probe prints when NVML answers (`json.dumps(..., indent=2)` in gpuprov/probe.py).
 _NVML_OK = '"nvml": "ok"'
 
 
 class State(TypedDict):
-    node: dict[str, Any]
-    snapshot: Snapshot
+    probe: dict[str, Any]
+    managed: Managed
     hardware: Hardware
 
 
 class HostState(FactBase[State]):
     """
-    The agent's probe (as ``GpuNodeState``), the snapshot (as ``HostSnapshot``) and the GPU
+    The agent's probe (as ``AgentProbe``), the managed files, packages and units (as ``ManagedState``) and the GPU
     hardware (as ``GpuHardware``; ``source`` is ``"nvml"`` when it comes from the probe).
 
     .. code:: python
 
         {
-            "node": {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "550.127.05",
+            "probe": {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "550.127.05",
                      "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", ...}], ...},
-            "snapshot": {"files": {...}, "packages": {...}, "units": {...}},
+            "managed": {"files": {...}, "packages": {...}, "units": {...}},
             "hardware": {"source": "nvml", "gpus": [
                 {"index": 0, "name": "NVIDIA H100 80GB HBM3", "pci_device_id": None,
                  "pci_bus_id": "00000000:07:00.0", "driver_version": "550.127.05"}]},
@@ -48,7 +48,7 @@ class HostState(FactBase[State]):
 
     @staticmethod
     def default() -> State:
-        return State(node={}, snapshot=HostSnapshot.default(), hardware=GpuHardware.default())
+        return State(probe={}, managed=ManagedState.default(), hardware=GpuHardware.default())
 
     @override
     def command(
@@ -60,26 +60,26 @@ class HostState(FactBase[State]):
         units: list[str] | None = None,
         python: str = "python3",
     ) -> str:
-        node = GpuNodeState().command(agent_path, python).get_raw_value()
-        snapshot = HostSnapshot().command(paths, read, packages, units)
+        node = AgentProbe().command(agent_path, python).get_raw_value()
+        snapshot = ManagedState().command(paths, read, packages, units)
         return (
             # The probe's exit status is the command's, as when it ran as a fact of its own.
-            f"node=$({node}); rc=$?; echo '@@ host:node'; printf '%s\\n' \"$node\"; "
-            f"echo '@@ host:snapshot'; {snapshot}; echo '@@ host:hardware'; "
-            f"case \"$node\" in *'{_NVML_OK}'*) ;; *) {GpuHardware.command} ;; esac; exit $rc"
+            f"probe=$({node}); rc=$?; echo '@@ host:probe'; printf '%s\\n' \"$probe\"; "
+            f"echo '@@ host:managed'; {snapshot}; echo '@@ host:hardware'; "
+            f"case \"$probe\" in *'{_NVML_OK}'*) ;; *) {GpuHardware.command} ;; esac; exit $rc"
         )
 
     @override
     def process(self, output: list[str]) -> State:
         # The inner facts' own markers (`@@ files`, `@@ lspci`) stay in their section.
         sections = split_sections(output, "@@ host:", _SECTIONS)
-        node = GpuNodeState().process(sections["node"])
+        node = AgentProbe().process(sections["probe"])
         if node.get("nvml") == "ok":
             hardware = _from_probe(node)
         else:
             hardware = GpuHardware().process(sections["hardware"])
         return State(
-            node=node, snapshot=HostSnapshot().process(sections["snapshot"]), hardware=hardware
+            probe=node, managed=ManagedState().process(sections["managed"]), hardware=hardware
         )
 
 

@@ -9,8 +9,8 @@ from tomlkit.exceptions import ParseError
 
 from gpuprov.contract import CRI_PLUGIN
 from gpuprov.facts.files import FileStates
-from gpuprov.operations.failure import refuse
 from gpuprov.operations.files import replace
+from gpuprov.operations.refuse import refuse
 
 VALIDATE = "containerd --config {path} config dump >/dev/null"
 

@@ -9,8 +9,8 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from gpuprov.facts.files import FileStates
-from gpuprov.operations.failure import refuse
 from gpuprov.operations.files import replace
+from gpuprov.operations.refuse import refuse
 
 # dockerd >= 23 checks a config without starting; older ones get a JSON parse at least.
 VALIDATE = (

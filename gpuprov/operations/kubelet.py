@@ -9,8 +9,8 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from gpuprov.facts.files import FileStates
-from gpuprov.operations.failure import refuse
 from gpuprov.operations.files import replace
+from gpuprov.operations.refuse import refuse
 
 _MAX_PODS = re.compile(r"^maxPods:.*$", re.MULTILINE)  # top level only: no indentation
 

@@ -13,9 +13,9 @@ from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.api.operation import OperationMeta
 
 from gpuprov.contract import AGENT_EXIT_REBOOT, AGENT_REBOOT_MARK
-from gpuprov.facts.node import GpuNodeState
+from gpuprov.facts.probe import AgentProbe
 from gpuprov.mig.diff import MigActions, MigDiffError, diff
-from gpuprov.operations.failure import refuse
+from gpuprov.operations.refuse import refuse
 
 
 def differences(document: Mapping[str, Any], node: Mapping[str, Any]) -> list[MigActions] | None:
@@ -79,7 +79,7 @@ def applied(
             {"index": 0, "mig_enabled": False, "instances": []}]},
             layout_path="/run/gpuprov/mig-off.json", upload=True)
     """
-    node = host.get_fact(GpuNodeState, agent_path=agent_path, python=python)
+    node = host.get_fact(AgentProbe, agent_path=agent_path, python=python)
     if node.get("nvml") not in ("ok", "agent-missing"):
         if any(g["mig_enabled"] for g in document["gpus"]):
             yield refuse(

@@ -7,7 +7,7 @@ from pyinfra.api import operation
 
 from gpuprov import catalog
 from gpuprov.facts.hardware import GpuHardware, Hardware
-from gpuprov.operations.failure import refuse
+from gpuprov.operations.refuse import refuse
 
 
 def mismatch(hardware: Hardware, model: str, count: int) -> str | None:

@@ -7,7 +7,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from gpuprov.facts.snapshot import HostSnapshot
+from gpuprov.facts.managed import ManagedState
 from gpuprov.facts.units import UnitStates
 from gpuprov.operations.files import remove
 
@@ -75,7 +75,7 @@ def absent(unit: str, path: str):
 
         absent(unit="gpuprov-mig.service", path="/etc/systemd/system/gpuprov-mig.service")
     """
-    snapshot = host.get_fact(HostSnapshot, paths=[path], units=[unit])
+    snapshot = host.get_fact(ManagedState, paths=[path], units=[unit])
     state = snapshot["units"].get(unit, {"enabled": "", "active": ""})
     exists = snapshot["files"].get(path) is not None
     if not exists and state["enabled"] in ("", "not-found") and state["active"] != "active":

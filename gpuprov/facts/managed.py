@@ -19,13 +19,13 @@ from gpuprov.facts.units import UnitState, parse_units, units_command
 _SECTIONS = ("files", "packages", "units")
 
 
-class Snapshot(TypedDict):
+class Managed(TypedDict):
     files: dict[str, FileState | None]
     packages: dict[str, PackageState]
     units: dict[str, UnitState]
 
 
-class HostSnapshot(FactBase[Snapshot]):
+class ManagedState(FactBase[Managed]):
     """
     The state of the named files (text of those in ``read``), packages and systemd units.
 
@@ -39,8 +39,8 @@ class HostSnapshot(FactBase[Snapshot]):
     """
 
     @staticmethod
-    def default() -> Snapshot:
-        return Snapshot(files={}, packages={}, units={})
+    def default() -> Managed:
+        return Managed(files={}, packages={}, units={})
 
     @override
     def command(
@@ -65,9 +65,9 @@ class HostSnapshot(FactBase[Snapshot]):
         return "; ".join(p for p in parts if p)
 
     @override
-    def process(self, output: list[str]) -> Snapshot:
+    def process(self, output: list[str]) -> Managed:
         sections = split_sections(output, "@@ ", _SECTIONS)
-        return Snapshot(
+        return Managed(
             files=parse_files(sections["files"]),
             packages=parse_packages(sections["packages"]),
             units=parse_units(sections["units"]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from gpuprov.deploys import device_plugin, driver, kubelet, mig, regroup, runtime
+from gpuprov.deploys import device_plugin, driver, kubelet, leftovers, mig, runtime
 from gpuprov.deploys.drain import drain, uncordon
 from gpuprov.deploys.preflight import preflight
 from gpuprov.deploys.view import HostView, Watch
@@ -13,13 +13,13 @@ from gpuprov.plan import HostPlan
 
 
 def watch(plan: HostPlan) -> Watch:
-    """Everything the deploy steps compare, for the one snapshot read."""
+    """Everything the deploy steps compare, for the one read of the host state."""
     s = plan.settings
     return (
         driver.watch(s)
         + runtime.watch(s)
         + mig.watch(s, plan.mode)
-        + regroup.watch(plan.mode)
+        + leftovers.watch(plan.mode)
         + device_plugin.watch(s)
         + kubelet.watch(s)
     )
@@ -48,7 +48,7 @@ def gpu_node(plan: HostPlan) -> None:
     driver.driver(view)
     runtime.container_runtime(view)
     mig.agent(view)
-    regroup.leftovers(view)
+    leftovers.leftovers(view)
     if plan.mode == "mig":
         mig.mig_layout(view)
     else:

@@ -27,7 +27,7 @@ def _agent_missing(error: str) -> str:
     )
 
 
-class GpuNodeState(FactBase[dict[str, Any]]):
+class AgentProbe(FactBase[dict[str, Any]]):
     """
     Returns the host's GPU state as the agent's probe reads it: NVML (driver, GPUs, MIG mode,
     GPU and compute instances with their placements) and the text of the files asked for.
