@@ -19,6 +19,7 @@ from gpuprov.compare import (
     wanted_files,
 )
 from gpuprov.contract import MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
+from gpuprov.findings import Finding
 from gpuprov.inventory import load
 from gpuprov.plan import build
 from gpuprov.sim import state as sim_state
