@@ -16,12 +16,9 @@ and "apply has nothing to do" are one rule.
 from __future__ import annotations
 
 import fnmatch
-import json
 import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-import yaml
 
 from gpuprov import catalog
 from gpuprov.contract import (
@@ -40,15 +37,10 @@ from gpuprov.contract import (
     kubelet_drop_in_glob,
 )
 from gpuprov.findings import Finding
+from gpuprov.hostfiles.documents import ParseError, deep_merge, dig, parse, scalar
 from gpuprov.mig.diff import MigDiffError, ObservedGi, diff
 from gpuprov.mig.instance import Instance
 from gpuprov.plan import GpuPlan, HostPlan
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 
 # Fixed paths of the host layout (docs/architecture.md, "Host layout written by the deploy").
 
@@ -151,46 +143,6 @@ def _gpus(count: int) -> str:
 
 def _on_off(value: Any) -> str:
     return "enabled" if value else "disabled"
-
-
-def _scalar(value: Any) -> str:
-    """A parsed config value as YAML/JSON would spell it (``true``, ``4``, ``"4"``)."""
-    return json.dumps(value)
-
-
-def _dig(document: Any, *keys: str) -> Any:
-    """``document[k1][k2]...`` or None when any level is missing or not a mapping."""
-    for key in keys:
-        if not isinstance(document, Mapping):
-            return None
-        document = document.get(key)
-    return document
-
-
-def _deep_merge(base: dict, override: Mapping) -> dict:
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-class _ParseError(ValueError):
-    pass
-
-
-def _parse(kind: str, text: str) -> Any:
-    try:
-        if kind == "yaml":
-            return yaml.safe_load(text)
-        if kind == "toml":
-            return tomllib.loads(text)
-        return json.loads(text)
-    except (yaml.YAMLError, tomllib.TOMLDecodeError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise _ParseError(f"unparsable {kind.upper()}: {first}") from None
 
 
 class _Comparison:
@@ -445,8 +397,8 @@ class _Comparison:
         if text is None:
             return False, None
         try:
-            return True, _parse(kind, text)
-        except _ParseError as e:
+            return True, parse(kind, text)
+        except ParseError as e:
             self.add(
                 check,
                 f"valid {kind.upper()} in {path}",
@@ -489,7 +441,7 @@ class _Comparison:
         # An empty version means v1, an absent migStrategy means none (k8s.md 1.1).
         got = {
             "version": doc.get("version") or "v1",
-            "flags.migStrategy": _dig(doc, "flags", "migStrategy") or "none",
+            "flags.migStrategy": dig(doc, "flags", "migStrategy") or "none",
         }
         sharing = doc.get("sharing")
         if mode == "shared":
@@ -501,7 +453,7 @@ class _Comparison:
                     "nvidia.com/gpu replicas": ts.replicas,
                 }
             )
-            slicing = _dig(doc, "sharing", "timeSlicing") or {}
+            slicing = dig(doc, "sharing", "timeSlicing") or {}
             # Both default to false when unset (k8s.md 1.2).
             got["sharing.timeSlicing.renameByDefault"] = slicing.get("renameByDefault", False)
             got["sharing.timeSlicing.failRequestsGreaterThanOne"] = slicing.get(
@@ -518,7 +470,7 @@ class _Comparison:
                 None,
             )
             got["nvidia.com/gpu replicas"] = gpu.get("replicas") if gpu else None
-            if _dig(doc, "sharing", "mps") is not None:
+            if dig(doc, "sharing", "mps") is not None:
                 self.add(
                     "device-plugin",
                     "sharing.timeSlicing only",
@@ -526,7 +478,7 @@ class _Comparison:
                     hint,
                 )
         elif sharing:
-            shown = ", ".join(sharing) if isinstance(sharing, Mapping) else _scalar(sharing)
+            shown = ", ".join(sharing) if isinstance(sharing, Mapping) else scalar(sharing)
             self.add("leftover", "no sharing section (MIG host)", f"sharing: {shown}", hint)
         for key, value in want.items():
             found = got[key]
@@ -534,8 +486,8 @@ class _Comparison:
             if found != value or type(found) is not type(value):
                 self.add(
                     "device-plugin",
-                    f"{key}: {_scalar(value)}",
-                    "unset" if found is None else f"{key}: {_scalar(found)}",
+                    f"{key}: {scalar(value)}",
+                    "unset" if found is None else f"{key}: {scalar(found)}",
                     hint,
                 )
 
@@ -567,9 +519,7 @@ class _Comparison:
                 f"{posixpath.basename(origin)} comes after {KUBELET_DROP_IN} and wins: "
                 "remove maxPods from it"
             )
-        self.add(
-            "kubelet-max-pods", f"maxPods {want}", f"maxPods {_scalar(value)} ({origin})", hint
-        )
+        self.add("kubelet-max-pods", f"maxPods {want}", f"maxPods {scalar(value)} ({origin})", hint)
 
     def containerd(self) -> None:
         main_path = self.settings["containerd_config_path"]
@@ -583,7 +533,7 @@ class _Comparison:
             self.add(
                 "container-runtime",
                 "containerd config version 2 or 3",
-                f"version {_scalar(version)} in {main_path}",
+                f"version {scalar(version)} in {main_path}",
                 hint,
             )
             return
@@ -593,7 +543,7 @@ class _Comparison:
             self.add(
                 "container-runtime",
                 f"imports {drop_ins} in {main_path}",
-                f"imports {_scalar(imports)}",
+                f"imports {scalar(imports)}",
                 hint,
             )
         effective = main
@@ -603,8 +553,8 @@ class _Comparison:
                 if present:
                     effective = _merge_containerd(effective, doc, version)
         where = f"{main_path} + {drop_ins}"
-        section = _dig(effective, "plugins", plugin, "containerd") or {}
-        nvidia = _dig(section, "runtimes", "nvidia")
+        section = dig(effective, "plugins", plugin, "containerd") or {}
+        nvidia = dig(section, "runtimes", "nvidia")
         if not isinstance(nvidia, Mapping):
             self.add("container-runtime", "runtime nvidia", f"no runtime nvidia in {where}", hint)
         else:
@@ -613,14 +563,14 @@ class _Comparison:
                 (
                     "options.BinaryName",
                     NVIDIA_RUNTIME_BINARY,
-                    _dig(nvidia, "options", "BinaryName"),
+                    dig(nvidia, "options", "BinaryName"),
                 ),
             ):
                 if got != want:
                     self.add(
                         "container-runtime",
                         f"runtimes.nvidia.{key} {want}",
-                        "unset" if got is None else f"{_scalar(got)}",
+                        "unset" if got is None else f"{scalar(got)}",
                         hint,
                     )
         self.default_runtime("default_runtime_name", section.get("default_runtime_name"), hint)
@@ -635,16 +585,16 @@ class _Comparison:
         present, doc = self.read("json", DOCKER_DAEMON_PATH, "container-runtime")
         if not present:
             return
-        path = _dig(doc, "runtimes", "nvidia", "path")
+        path = dig(doc, "runtimes", "nvidia", "path")
         # docker resolves a bare name on PATH; nvidia-ctk writes the bare name (k8s.md 3.2).
         if path not in (DOCKER_NVIDIA_RUNTIME_PATH, NVIDIA_RUNTIME_BINARY):
             self.add(
                 "container-runtime",
                 "runtimes.nvidia.path nvidia-container-runtime",
-                "unset" if path is None else _scalar(path),
+                "unset" if path is None else scalar(path),
                 hint,
             )
-        self.default_runtime("default-runtime", _dig(doc, "default-runtime"), hint)
+        self.default_runtime("default-runtime", dig(doc, "default-runtime"), hint)
 
     def default_runtime(self, key: str, got: Any, hint: str) -> None:
         """nvidia is the runtime's default when ``container_runtime_default`` asks for it."""
@@ -652,7 +602,7 @@ class _Comparison:
             self.add(
                 "container-runtime",
                 f'{key} "nvidia"',
-                "unset" if got is None else f"{key} {_scalar(got)}",
+                "unset" if got is None else f"{key} {scalar(got)}",
                 hint,
             )
 
@@ -671,7 +621,7 @@ class _Comparison:
         if not present:
             return
         # A stale layout file is drift a reboot would expose: the boot unit applies it.
-        saved = {g.get("index"): g for g in (_dig(layout, "gpus") or []) if isinstance(g, Mapping)}
+        saved = {g.get("index"): g for g in (dig(layout, "gpus") or []) if isinstance(g, Mapping)}
         for gpu in self.plan.gpus:
             entry = saved.get(gpu.index)
             want = (gpu.mig_enabled, sorted((i.profile_id, i.start, i.size) for i in gpu.instances))
@@ -704,7 +654,7 @@ def _merge_containerd(main: dict, drop_in: Mapping, version: int) -> dict:
     (containerd/containerd#9982).
     """
     if version == 3:
-        return _deep_merge(main, drop_in)
+        return deep_merge(main, drop_in)
     out = {**main, **{k: v for k, v in drop_in.items() if k != "plugins"}}
     plugins = dict(main.get("plugins") or {})
     plugins.update(drop_in.get("plugins") or {})

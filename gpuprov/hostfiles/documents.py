@@ -1,0 +1,103 @@
+"""What every managed-file module needs: parse a file's text safely, collect findings, dig into
+parsed documents. A file that does not parse is a finding for its host, never an exception.
+
+>>> report = Report("gpu-1")
+>>> report.read({"/etc/x.yaml": "a: [1"}, "yaml", "/etc/x.yaml", "device-plugin")
+(False, None)
+>>> report.findings[0].check, report.findings[0].found.startswith("unparsable YAML")
+('device-plugin', True)
+>>> dig({"a": {"b": 1}}, "a", "b"), dig({"a": 1}, "a", "b")
+(1, None)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from gpuprov.findings import Finding
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+class ParseError(ValueError):
+    """A file's text is not valid YAML, TOML or JSON."""
+
+
+def parse(kind: str, text: str) -> Any:
+    """``text`` parsed as ``kind`` (``yaml``, ``toml`` or ``json``); ParseError with the first
+    line of the parser's message otherwise."""
+    try:
+        if kind == "yaml":
+            return yaml.safe_load(text)
+        if kind == "toml":
+            return tomllib.loads(text)
+        return json.loads(text)
+    except (yaml.YAMLError, tomllib.TOMLDecodeError, ValueError, RecursionError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ParseError(f"unparsable {kind.upper()}: {first}") from None
+
+
+def dig(document: Any, *keys: str) -> Any:
+    """``document[k1][k2]...`` or None when any level is missing or not a mapping."""
+    for key in keys:
+        if not isinstance(document, Mapping):
+            return None
+        document = document.get(key)
+    return document
+
+
+def deep_merge(base: Mapping, override: Mapping) -> dict:
+    """``override`` merged into ``base`` key by key, mappings recursively.
+
+    >>> deep_merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}})
+    {'a': {'b': 1, 'c': 3}}
+    """
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def scalar(value: Any) -> str:
+    """A parsed config value as YAML/JSON would spell it (``true``, ``4``, ``"4"``)."""
+    return json.dumps(value)
+
+
+class Report:
+    """The findings of one host's checks, added as they are found."""
+
+    def __init__(self, host: str):
+        self.host = host
+        self.findings: list[Finding] = []
+
+    def add(self, check: str, expected: str, found: str, hint: str, gpu: int | None = None) -> None:
+        self.findings.append(Finding(self.host, gpu, check, expected, found, hint))
+
+    def read(
+        self, files: Mapping[str, str | None], kind: str, path: str, check: str
+    ) -> tuple[bool, Any]:
+        """(present, parsed document) of ``path``; an unparsable file is a finding and counts as
+        absent."""
+        text = files.get(path)
+        if text is None:
+            return False, None
+        try:
+            return True, parse(kind, text)
+        except ParseError as e:
+            self.add(
+                check,
+                f"valid {kind.upper()} in {path}",
+                str(e),
+                f"fix or remove {path}, then run the deploy",
+            )
+            return False, None
