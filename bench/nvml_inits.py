@@ -20,7 +20,7 @@ from pathlib import Path
 import gpuprov.sim
 from gpuprov.agent.main import main as agent
 from gpuprov.catalog import find_model
-from gpuprov.contract import SIM_ENV
+from gpuprov.contract import MIG_LAYOUT_SCHEMA, SIM_ENV
 from gpuprov.mig.solver import solve
 from gpuprov.sim import state as sim_state
 
@@ -61,7 +61,7 @@ def measure() -> dict[str, dict[str, int]]:
         layout.write_text(
             json.dumps(
                 {
-                    "schema": "gpuprov.mig-layout/v1",
+                    "schema": MIG_LAYOUT_SCHEMA,
                     "gpus": [
                         {"index": i, "mig_enabled": True, "instances": instances}
                         for i in range(COUNT)

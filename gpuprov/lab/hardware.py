@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov import catalog
+from gpuprov.contract import SIM_ENV
 from gpuprov.lab.errors import LabError
 from gpuprov.lab.packages import SIM_STATE
 from gpuprov.lab.spec import LabHost
 
-SIM_ENV_LINE = f"GPUPROV_NVML_SIM={SIM_STATE}"
+SIM_ENV_LINE = f"{SIM_ENV}={SIM_STATE}"
 
 PCI_FILE = "/usr/local/share/gpuprov-lab/pci.json"
 

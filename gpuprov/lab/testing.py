@@ -23,6 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from gpuprov.contract import AGENT_PATH
 from gpuprov.lab import lifecycle, network, ssh
 from gpuprov.lab.rundir import RunDir, default_dir
 from gpuprov.lab.spec import LabHost, default_spec
@@ -142,7 +143,7 @@ class Lab:
 
     def probe(self, host: str) -> dict[str, Any]:
         """The host agent's probe document (schema gpuprov.probe/v1)."""
-        return json.loads(self.run(host, "python3 /usr/lib/gpuprov/agent.pyz probe").stdout)
+        return json.loads(self.run(host, f"python3 {AGENT_PATH} probe").stdout)
 
     def inventory_copy(
         self, directory: Path, inventory_code: str = "", group_data_code: str = ""
