@@ -31,6 +31,7 @@ from gpuprov.lab.spec import LabHost, default_spec
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = "deploys/gpu_node.py"
 
+TEST_OWNED = "started-by-tests"  # in the run directory of a lab that a test session started
 Placement = tuple[int, int, int]  # (profile id, start, size) of a GPU instance
 
 
@@ -50,6 +51,10 @@ def observed_instances(probe: dict[str, Any]) -> dict[int, list[Placement]]:
     }
 
 
+class UserLabUp(Exception):
+    """A lab that a person started is up; the tests will not use or stop it."""
+
+
 @dataclass
 class Lab:
     """A running lab: its hosts, run directory, inventory and SSH access."""
@@ -60,10 +65,21 @@ class Lab:
 
     @classmethod
     def start(cls, hosts: int = 3) -> Lab:
-        """`gpuprov lab up --hosts N` (reusing a running lab of the same spec)."""
+        """`gpuprov lab up --hosts N` (reusing a lab that an earlier test session left).
+
+        A lab that a person started (`gpuprov lab up` or `lab demo`) is theirs: the tests neither
+        reuse it (it may be deployed already) nor take it down; ``UserLabUp`` says so instead.
+        """
         spec = default_spec(hosts)
         run_dir = RunDir(default_dir())
+        owner = run_dir.path / TEST_OWNED
+        if run_dir.read_state() is not None and not owner.exists():
+            raise UserLabUp(
+                f"a lab started outside the tests is up in {run_dir.path}; the lab tests need "
+                "their own and leave yours alone: run `gpuprov lab down` to run them"
+            )
         lifecycle.up(run_dir, spec)
+        owner.touch()
         return cls(run_dir, spec)
 
     def stop(self) -> None:

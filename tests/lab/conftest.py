@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprov.lab.testing import Lab
+from gpuprov.lab.testing import Lab, UserLabUp
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -36,7 +36,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def lab() -> Lab:
-    started = Lab.start(hosts=3)
+    try:
+        started = Lab.start(hosts=3)
+    except UserLabUp as e:
+        pytest.skip(str(e))
     try:
         yield started
     finally:
