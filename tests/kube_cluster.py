@@ -1,0 +1,106 @@
+"""The lab's real control plane (etcd + kube-apiserver) for tests, started once per session.
+
+The binaries are built by ``gpuprov.lab.kubebuild`` (``.ci/run`` builds them before the tests).
+Without them the tests that need an API server are skipped with a message saying how to build
+them, except under CI, where a missing build is a failure: a test that skips in CI tests nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpuprov.lab import kubebuild
+from gpuprov.lab.controlplane import ControlPlane
+
+
+def control_plane() -> ControlPlane:
+    binaries = kubebuild.binaries()
+    missing = [name for name, path in binaries.items() if not path.is_file()]
+    if missing:
+        message = (
+            f"no {', '.join(missing)} in {kubebuild.cache_dir()}: build them with "
+            "`python -c 'from gpuprov.lab import kubebuild; kubebuild.ensure()'`"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    if os.geteuid() != 0:
+        pytest.skip("the lab control plane runs as root")
+    plane = ControlPlane(Path(tempfile.mkdtemp(prefix="gpuprov-kube-test-")), "127.0.0.1")
+    plane.start(binaries)
+    return plane
+
+
+def node(plane: ControlPlane, name: str, allocatable: dict[str, str] | None = None) -> None:
+    """A Node object, as a kubelet registers it (no kubelet runs: its status is set here)."""
+    document = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    _apply(plane, document)
+    if allocatable is not None:
+        patch = {"status": {"allocatable": allocatable, "capacity": allocatable}}
+        result = plane.kubectl(
+            "patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+        )
+        assert result.returncode == 0, result.stderr
+
+
+def bound_pod(plane: ControlPlane, name: str, node_name: str, phase: str | None = None) -> None:
+    """A pod bound to ``node_name`` and owned by a ReplicaSet, as a workload's pods are."""
+    rs = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": f"{name}-rs", "namespace": "default"},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]},
+            },
+        },
+    }
+    _apply(plane, rs)
+    uid = json.loads(plane.kubectl("get", "rs", f"{name}-rs", "-o", "json").stdout)["metadata"][
+        "uid"
+    ]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"app": name},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": f"{name}-rs",
+                    "uid": uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "image": "registry.invalid/none"}],
+        },
+    }
+    _apply(plane, pod)
+    if phase:
+        patch = json.dumps({"status": {"phase": phase}})
+        result = plane.kubectl(
+            "patch", "pod", name, "--subresource=status", "--type=merge", "-p", patch
+        )
+        assert result.returncode == 0, result.stderr
+
+
+def _apply(plane: ControlPlane, document: dict) -> None:
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(document, f)
+        f.flush()
+        result = plane.kubectl("apply", "-f", f.name)
+    assert result.returncode == 0, result.stderr
