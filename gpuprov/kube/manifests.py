@@ -70,11 +70,23 @@ class Rendered:
     def file_text(self, name: str) -> str:
         header, documents = self.files[name]
         comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
-        return comment + yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False)
+        return comment + dump(documents)
+
+    def objects(self, nodes: set[str]) -> list[dict[str, Any]]:
+        """The Kubernetes objects to apply server-side: the ConfigMaps, then the label objects
+        of ``nodes`` (only nodes that exist: applying a Node object would create one)."""
+        out = list(self.files["device-plugin-configmap.yaml"][1])
+        out += self.files.get("mig-parted-configmap.yaml", ("", []))[1]
+        return out + [n.labels_object() for n in self.nodes if n.name in nodes]
 
     def stream(self) -> str:
         """Every file as one multi-document YAML stream, each document headed by its file."""
         return "".join(f"---\n# file: {name}\n{self.file_text(name)}" for name in self.files)
+
+
+def dump(documents: list[Any]) -> str:
+    """A multi-document YAML stream, multi-line strings as ``|`` blocks."""
+    return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False)
 
 
 def render(cluster: ClusterPlan, namespace: str, mig_manager: str = "gpuprov") -> Rendered:
