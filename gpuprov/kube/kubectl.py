@@ -29,7 +29,9 @@ class Kubectl:
     def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         command = [self.binary, "--kubeconfig", self.kubeconfig, *args]
         try:
-            return subprocess.run(command, input=stdin, capture_output=True, text=True, check=False)
+            # No terminal for kubectl to prompt on (an exec credential plugin asking for a login).
+            extra = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
+            return subprocess.run(command, capture_output=True, text=True, check=False, **extra)
         except OSError as e:
             raise KubectlError(f"cannot run {self.binary}: {e}") from None
 
