@@ -336,7 +336,7 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _PLAN_LABELS = (DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL)
 
 
-def check_label_key(key: str) -> str:
+def _label_key(key: str) -> str:
     """A Kubernetes label or taint key: ``[prefix/]name``, as the API server validates it."""
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
@@ -348,7 +348,7 @@ def check_label_key(key: str) -> str:
     return key
 
 
-def check_label_value(value: str) -> str:
+def _label_value(value: str) -> str:
     """A label (or taint) value: empty, or up to 63 characters ``[A-Za-z0-9-_.]``."""
     probe = value.replace("{mode}", "shared")
     if len(probe) > 63 or not _LABEL_NAME.fullmatch(probe):
@@ -367,8 +367,8 @@ def _node_labels(value: Any) -> dict[str, str]:
             raise ValueError(f"label keys and values must be strings, got {key!r}: {label!r}")
         if key in _PLAN_LABELS:
             raise ValueError(f"{key} is set from the plan; remove it")
-        check_label_key(key)
-        check_label_value(label)
+        _label_key(key)
+        _label_value(label)
     return dict(value)
 
 
@@ -382,8 +382,8 @@ def _node_taints(value: Any) -> list[str]:
                 f"{', '.join(TAINT_EFFECTS)}"
             )
         key, _, taint_value = head.partition("=")
-        check_label_key(key)
-        check_label_value(taint_value)
+        _label_key(key)
+        _label_value(taint_value)
     return taints
 
 

@@ -60,9 +60,12 @@ def import_(file: str, name: str | None, model: str | None, fmt: str) -> None:
     click.echo(
         f"# From mig-parted config {imported.config!r} of {file}; placements gpuprov solved:"
     )
+    texts: dict[str, list[str]] = {}  # placements -> where (GPUs with the same layout grouped)
     for where, instances in imported.placements.items():
         text = " ".join(f"{i.profile}@{i.start}" for i in instances)
-        click.echo(f"#   {'every GPU' if where == 'all' else where}: {text}")
+        texts.setdefault(text, []).append("every GPU" if where == "all" else where)
+    for text, where in texts.items():
+        click.echo(f"#   {', '.join(where)}: {text}")
     for key, value in data.items():
         click.echo(f"{key} = {json.dumps(value) if key != 'mig_layout_by_gpu' else _by_gpu(value)}")
 

@@ -20,6 +20,11 @@ from gpuprov.contract import (
 from gpuprov.plan import HostPlan
 
 
+def plugin_defaults() -> dict[str, Any]:
+    """The config of whole cards: the plugin's own defaults, spelt out (``whole``)."""
+    return {"version": DEVICE_PLUGIN_CONFIG_VERSION, "flags": {"migStrategy": "none"}}
+
+
 def host_config(plan: HostPlan) -> dict[str, Any]:
     """The device plugin config (api/config/v1) the plan asks of ``plan``'s host.
 
@@ -31,10 +36,8 @@ def host_config(plan: HostPlan) -> dict[str, Any]:
     >>> host_config(plan.host("gpu-a100-01"))["sharing"]["timeSlicing"]["resources"]  # doctest: +SKIP
     [{'name': 'nvidia.com/gpu', 'replicas': 4}]
     """
-    config: dict[str, Any] = {
-        "version": DEVICE_PLUGIN_CONFIG_VERSION,
-        "flags": {"migStrategy": plan.mig_strategy or "none"},
-    }
+    config = plugin_defaults()
+    config["flags"]["migStrategy"] = plan.mig_strategy or "none"
     if plan.time_slicing is not None:
         config["sharing"] = {
             "timeSlicing": {

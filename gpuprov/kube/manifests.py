@@ -17,7 +17,6 @@ import yaml
 
 from gpuprov.contract import (
     DEVICE_PLUGIN_CONFIG_LABEL,
-    DEVICE_PLUGIN_CONFIG_VERSION,
     DEVICE_PLUGIN_CONFIGMAP,
     DEVICE_PLUGIN_DEFAULT_CONFIG,
     MIG_CONFIG_LABEL,
@@ -27,7 +26,7 @@ from gpuprov.contract import (
 )
 from gpuprov.errors import InputError, Problem
 from gpuprov.kube import helm
-from gpuprov.kube.device_plugin import config_name, host_config
+from gpuprov.kube.device_plugin import config_name, host_config, plugin_defaults
 from gpuprov.kube.pools import Taint, node_name, pool_labels, pool_taints
 from gpuprov.mig import partedconfig
 from gpuprov.plan import ClusterPlan
@@ -91,12 +90,8 @@ def dump(documents: list[Any]) -> str:
 
 def render(cluster: ClusterPlan, namespace: str, mig_manager: str = "gpuprov") -> Rendered:
     """The manifests for ``cluster``; ``mig_manager`` says who applies MIG layouts."""
-    configs: dict[str, dict[str, Any]] = {
-        DEVICE_PLUGIN_DEFAULT_CONFIG: {
-            "version": DEVICE_PLUGIN_CONFIG_VERSION,
-            "flags": {"migStrategy": "none"},
-        }
-    }
+    # The default is always there, for nodes without the label.
+    configs: dict[str, dict[str, Any]] = {DEVICE_PLUGIN_DEFAULT_CONFIG: plugin_defaults()}
     mig = partedconfig.export(cluster.hosts) if mig_manager == "operator" else None
     nodes = []
     seen: dict[str, str] = {}

@@ -54,7 +54,7 @@ class PartedExport:
 
 def layout_label(layout: dict[str, int]) -> str:
     """A layout as part of a config name: largest first, ``+`` spelt ``.`` (label values)."""
-    items = sorted(((p, c) for p, c in layout.items() if c), key=lambda pc: (-_slices(pc[0]), pc))
+    items = sorted(((p, c) for p, c in layout.items() if c), key=_largest_first)
     return "-".join(f"{c}x{p}" if c > 1 else p for p, c in items).replace("+", ".")
 
 
@@ -85,7 +85,7 @@ def export(hosts: Iterable[HostPlan]) -> PartedExport:
                 item["devices"] = "all" if indices == ("all",) else list(indices)
                 item["mig-enabled"] = bool(layout)
                 if layout:
-                    item["mig-devices"] = dict(layout)
+                    item["mig-devices"] = dict(sorted(layout, key=_largest_first))
                 items.append(item)
         configs[entry["name"]] = items
     document = {"version": MIG_PARTED_CONFIG_VERSION, "mig-configs": dict(sorted(configs.items()))}
@@ -128,6 +128,10 @@ def _ranges(indices: list[int]) -> str:
         else:
             runs.append([index])
     return ".".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
+
+def _largest_first(item: tuple[str, int]) -> tuple:
+    return -_slices(item[0]), item
 
 
 def _slices(profile: str) -> int:
