@@ -212,6 +212,19 @@ def test_a_node_already_as_planned_gets_no_taint_patch_and_nothing_reported(kube
     assert "nodes: nothing to change (1 nodes checked)" in result.output
 
 
+def test_limit_touches_only_those_nodes_but_the_configmap_keeps_every_config(kubectl, setup):
+    inventory, kubeconfig = setup
+    log = kubectl([node("gpu-1"), node("gpu-2"), node("gpu-3")])
+    result = apply(inventory, "--kubeconfig", kubeconfig, "--limit", "whole_card")
+    assert result.exit_code == 0, result.output
+    calls = records(log)
+    configmap, *nodes = yaml.safe_load_all(calls[2]["stdin"])
+    assert [n["metadata"]["name"] for n in nodes] == ["gpu-3"]
+    # Server-side apply would take shared-r4 from gpu-1 and gpu-2 if it were left out.
+    assert sorted(configmap["data"]) == ["shared-r4", "whole"]
+    assert [c["args"][4] for c in calls if c["args"][2] == "patch"] == ["gpu-3"]
+
+
 def test_a_node_not_in_the_cluster_is_skipped_never_created(kubectl, setup):
     inventory, kubeconfig = setup
     log = kubectl([node("gpu-1"), node("gpu-3")])

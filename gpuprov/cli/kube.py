@@ -36,6 +36,18 @@ def kube() -> None:
     """Kubernetes objects from the plan: device plugin configs, pool labels and taints."""
 
 
+def _render(
+    inventory: str, limit: tuple[str, ...], namespace: str, mig_manager: str
+) -> manifests.Rendered:
+    """The whole inventory's manifests (the ConfigMaps serve every node), ``--limit`` choosing
+    the nodes."""
+    _, cluster = load_plan(inventory, ())
+    only = {h.name for h in load_plan(inventory, limit)[1].hosts} if limit else None
+    rendered = manifests.render(cluster, namespace, mig_manager, only)
+    _warn(rendered)
+    return rendered
+
+
 def _warn(rendered: manifests.Rendered) -> None:
     for warning in rendered.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -56,9 +68,7 @@ def render(
     inventory: str, out: str | None, namespace: str, mig_manager: str, limit: tuple[str, ...]
 ) -> None:
     """Render INVENTORY's manifests and Helm values (docs/kubernetes.md)."""
-    _, cluster = load_plan(inventory, limit)
-    rendered = manifests.render(cluster, namespace, mig_manager)
-    _warn(rendered)
+    rendered = _render(inventory, limit, namespace, mig_manager)
     if out is None:
         click.echo(rendered.stream(), nl=False)
         return
@@ -92,9 +102,7 @@ def apply(
     """
     client = Kubectl(kubeconfig)
     client.check_kubeconfig()
-    _, cluster = load_plan(inventory, limit)
-    rendered = manifests.render(cluster, namespace, mig_manager)
-    _warn(rendered)
+    rendered = _render(inventory, limit, namespace, mig_manager)
     try:
         nodes = client.nodes()
         present = [n for n in rendered.nodes if n.name in nodes]

@@ -88,8 +88,17 @@ def dump(documents: list[Any]) -> str:
     return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False)
 
 
-def render(cluster: ClusterPlan, namespace: str, mig_manager: str = "gpuprov") -> Rendered:
-    """The manifests for ``cluster``; ``mig_manager`` says who applies MIG layouts."""
+def render(
+    cluster: ClusterPlan,
+    namespace: str,
+    mig_manager: str = "gpuprov",
+    only: set[str] | None = None,
+) -> Rendered:
+    """The manifests for ``cluster``; ``mig_manager`` says who applies MIG layouts.
+
+    ``only`` (host names) limits the nodes; the ConfigMaps always hold the configs of every
+    host, since applying one that lacks a config would take it from the nodes using it.
+    """
     # The default is always there, for nodes without the label.
     configs: dict[str, dict[str, Any]] = {DEVICE_PLUGIN_DEFAULT_CONFIG: plugin_defaults()}
     mig = partedconfig.export(cluster.hosts) if mig_manager == "operator" else None
@@ -114,7 +123,8 @@ def render(cluster: ClusterPlan, namespace: str, mig_manager: str = "gpuprov") -
         labels = {**pool_labels(host), DEVICE_PLUGIN_CONFIG_LABEL: name}
         if mig is not None and host.name in mig.host_configs:
             labels[MIG_CONFIG_LABEL] = mig.host_configs[host.name]
-        nodes.append(NodeState(node, host.name, labels, pool_taints(host)))
+        if only is None or host.name in only:
+            nodes.append(NodeState(node, host.name, labels, pool_taints(host)))
     if problems:
         raise InputError(problems)
     configs = dict(sorted(configs.items()))
