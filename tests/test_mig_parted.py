@@ -71,6 +71,8 @@ def test_one_config_per_distinct_layout_and_a_label_value_per_host(cluster):
 
 def test_device_filter_by_pci_id_only_where_models_share_a_config(cluster):
     configs = partedconfig.export(cluster.hosts).document["mig-configs"]
+    # The MIG manager's default for any unlabelled node: no filter, whatever the models.
+    assert configs["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
     shared = configs["all-3g.40gb-2g.20gb-2x1g.10gb"]  # H100-80GB and A100-80GB
     assert [item["device-filter"] for item in shared] == [
         ["0x233010DE", "0x233110DE"],
@@ -270,6 +272,15 @@ def test_import_asks_which_config_when_there_are_several(tmp_path, cluster):
     result = CliRunner().invoke(main, ["mig", "import", str(path), "--config", "nope"])
     assert result.exit_code == 2
     assert "no config 'nope'" in result.output
+
+
+def test_all_disabled_is_always_there_for_unlabelled_nodes(tmp_path):
+    inventory = write_inventory(
+        tmp_path,
+        'mig = (["h"], {"gpu_model": "H100-80GB", "gpu_count": 1, "mig_layout": {"7g.80gb": 1}})\n',
+    )
+    exported = partedconfig.export(build(load(str(inventory))).hosts)
+    assert sorted(exported.document["mig-configs"]) == ["all-7g.80gb", "all-disabled"]
 
 
 def test_export_prints_the_config_and_each_hosts_label_value(tmp_path, cluster):

@@ -34,6 +34,7 @@ PLACEMENT_WARNING = (
     "mig-parted cannot express placements: the MIG manager lets the driver choose each "
     "instance's slot, so a node gets gpuprov's profile counts but not necessarily its placements"
 )
+_DISABLED = ((("all",), ()),)  # every GPU, MIG off
 _ITEM_KEYS = ("device-filter", "devices", "mig-enabled", "mig-devices")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
@@ -60,8 +61,13 @@ def layout_label(layout: dict[str, int]) -> str:
 
 def export(hosts: Iterable[HostPlan]) -> PartedExport:
     """The mig-parted config for ``hosts``: MIG hosts get their layouts, hosts of MIG-capable
-    models outside ``mig`` get ``all-disabled`` (gpuprov keeps MIG off there), others nothing."""
-    entries: dict[tuple, dict[str, Any]] = {}  # per-GPU structure -> {"models": ..., "name": ...}
+    models outside ``mig`` get ``all-disabled`` (gpuprov keeps MIG off there), others nothing.
+
+    ``all-disabled`` is always there, without a device filter: it is the MIG manager's default
+    for nodes without the label, whatever their model.
+    """
+    # per-GPU structure -> {"models": ..., "name": ...}
+    entries: dict[tuple, dict[str, Any]] = {_DISABLED: {"models": [], "name": MIG_DISABLED_CONFIG}}
     host_keys: dict[str, tuple] = {}
     for host in hosts:
         model = catalog.find_model(host.gpu_model)
@@ -75,6 +81,9 @@ def export(hosts: Iterable[HostPlan]) -> PartedExport:
         host_keys[host.name] = key
     configs: dict[str, list[dict[str, Any]]] = {}
     for key, entry in entries.items():
+        if key == _DISABLED:
+            configs[MIG_DISABLED_CONFIG] = [{"devices": "all", "mig-enabled": False}]
+            continue
         items = []
         for alias in entry["models"]:
             model = catalog.find_model(alias)
