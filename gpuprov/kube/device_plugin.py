@@ -36,6 +36,8 @@ def host_config(plan: HostPlan) -> dict[str, Any]:
     >>> host_config(plan.host("gpu-a100-01"))["sharing"]["timeSlicing"]["resources"]  # doctest: +SKIP
     [{'name': 'nvidia.com/gpu', 'replicas': 4}]
     """
+    # One renderer for host file and ConfigMap is the aim: when the host file's renderer
+    # returns this dict, this function becomes a call to it.
     config = plugin_defaults()
     config["flags"]["migStrategy"] = plan.mig_strategy or "none"
     if plan.time_slicing is not None:
