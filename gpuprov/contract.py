@@ -90,6 +90,23 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 MIG_STRATEGIES = ("none", "single", "mixed")
 
+# --- Kubernetes objects (gpuprov kube) ---------------------------------------------------------
+# The node label NVIDIA's config-manager sidecar reads to pick a named device plugin config
+# (k8s-device-plugin cmd/config-manager) and the one the GPU Operator's MIG manager watches
+# (mig-parted cmd/nvidia-mig-manager).
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+KUBE_LABEL_DOMAIN = "gpuprov.io"
+POOL_LABEL = f"{KUBE_LABEL_DOMAIN}/pool"  # default pool label and taint key, value = the mode
+OWNED_TAINTS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/taints"  # the taints gpuprov set last time
+KUBE_FIELD_MANAGER = "gpuprov"
+DEVICE_PLUGIN_CONFIGMAP = "gpuprov-device-plugin-configs"  # keys are config names
+DEVICE_PLUGIN_DEFAULT_CONFIG = "whole"  # nodes without the label: whole cards
+MIG_PARTED_CONFIGMAP = "gpuprov-mig-parted-config"
+MIG_PARTED_CONFIGMAP_KEY = "config.yaml"  # the key the GPU Operator's MIG manager reads
+MIG_PARTED_CONFIG_VERSION = "v1"  # mig-parted api/spec/v1
+MIG_DISABLED_CONFIG = "all-disabled"  # mig-parted's conventional name
+
 # --- Modes ----------------------------------------------------------------------------------------
 MODES = ("shared", "mig", "whole_card")
 

@@ -12,6 +12,7 @@ the plan, never raw host data.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +20,11 @@ from typing import Any
 from gpuprov.contract import (
     AGENT_PATH,
     CONTAINERD_CONFIG_PATH,
+    DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIG_PATH,
     KUBELET_CONFIG_PATH,
+    MIG_CONFIG_LABEL,
+    POOL_LABEL,
 )
 
 NOT_SET = object()
@@ -320,6 +324,83 @@ _VARIABLES = [
         _optional(_str),
     ),
     Variable("drain_timeout", 300, "Seconds allowed for `kubectl drain`.", _int(1)),
+]
+
+# --- Kubernetes pools: node labels and taints (`gpuprov kube render|apply`). Named `kube_node_*`,
+# not Kubespray's `node_labels`/`node_taints`, so an inventory shared with Kubespray keeps its own.
+# `{mode}` in a value stands for the host's mode group.
+_LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Set from the plan by `gpuprov kube`, never by hand.
+_PLAN_LABELS = (DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL)
+
+
+def _label_key(key: str) -> str:
+    """A Kubernetes label or taint key: ``[prefix/]name``, as the API server validates it."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        raise ValueError(f"{key!r}: prefix must be a DNS subdomain (like gpuprov.io)")
+    if not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        raise ValueError(
+            f"{key!r}: name must be 1-63 characters, alphanumeric at both ends, with - _ . inside"
+        )
+    return key
+
+
+def _label_value(value: str) -> str:
+    """A label (or taint) value: empty, or up to 63 characters ``[A-Za-z0-9-_.]``."""
+    probe = value.replace("{mode}", "shared")
+    if len(probe) > 63 or not _LABEL_NAME.fullmatch(probe):
+        raise ValueError(
+            f"value {value!r} must be at most 63 characters, alphanumeric at both ends, "
+            "with - _ . inside"
+        )
+    return value
+
+
+def _node_labels(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a mapping of label key to value, got {value!r}")
+    for key, label in value.items():
+        if not isinstance(key, str) or not isinstance(label, str):
+            raise ValueError(f"label keys and values must be strings, got {key!r}: {label!r}")
+        if key in _PLAN_LABELS:
+            raise ValueError(f"{key} is set from the plan; remove it")
+        _label_key(key)
+        _label_value(label)
+    return dict(value)
+
+
+def _node_taints(value: Any) -> list[str]:
+    taints = _str_list(value)
+    for taint in taints:
+        head, sep, effect = taint.rpartition(":")
+        if not sep or effect not in TAINT_EFFECTS:
+            raise ValueError(
+                f"taint {taint!r} must be KEY[=VALUE]:EFFECT, EFFECT one of "
+                f"{', '.join(TAINT_EFFECTS)}"
+            )
+        key, _, taint_value = head.partition("=")
+        _label_key(key)
+        _label_value(taint_value)
+    return taints
+
+
+_VARIABLES += [
+    Variable(
+        "kube_node_labels",
+        {POOL_LABEL: "{mode}"},
+        "Node labels gpuprov owns on the host's Kubernetes node (`{mode}`: the mode group).",
+        _node_labels,
+    ),
+    Variable(
+        "kube_node_taints",
+        [f"{POOL_LABEL}={{mode}}:NoSchedule"],
+        "Node taints gpuprov owns, `KEY[=VALUE]:EFFECT`: pods need a matching toleration "
+        "to land on the pool. `[]` for none.",
+        _node_taints,
+    ),
 ]
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in _VARIABLES}

@@ -1,0 +1,144 @@
+"""`gpuprov kube render|apply`: the cluster side of the plan (ConfigMaps, node labels, taints,
+Helm values), rendered as files or applied with kubectl."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gpuprov.cli.output import bad_input
+from gpuprov.cli.plan import limit_option, load_plan
+from gpuprov.contract import EXIT_DRIFT
+from gpuprov.kube import manifests
+from gpuprov.kube.kubectl import Kubectl, KubectlError
+from gpuprov.kube.nodes import label_changes, taint_change
+
+namespace_option = click.option(
+    "--namespace",
+    default="nvidia-device-plugin",
+    show_default=True,
+    help="Namespace of the device plugin (the chart's release or the GPU Operator's).",
+)
+mig_manager_option = click.option(
+    "--mig-manager",
+    type=click.Choice(manifests.MIG_MANAGERS),
+    default="gpuprov",
+    show_default=True,
+    help="Who applies MIG layouts: gpuprov's deploy, or the GPU Operator's MIG manager "
+    "(adds a mig-parted config and the nvidia.com/mig.config label).",
+)
+
+
+@click.group()
+def kube() -> None:
+    """Kubernetes objects from the plan: device plugin configs, pool labels and taints."""
+
+
+def _render(
+    inventory: str, limit: tuple[str, ...], namespace: str, mig_manager: str
+) -> manifests.Rendered:
+    """The whole inventory's manifests (the ConfigMaps serve every node), ``--limit`` choosing
+    the nodes."""
+    _, cluster = load_plan(inventory, ())
+    only = {h.name for h in load_plan(inventory, limit)[1].hosts} if limit else None
+    rendered = manifests.render(cluster, namespace, mig_manager, only)
+    _warn(rendered)
+    return rendered
+
+
+def _warn(rendered: manifests.Rendered) -> None:
+    for warning in rendered.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+@kube.command()
+@click.argument("inventory", type=click.Path(dir_okay=False))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Write one YAML file per object kind here instead of a stream on stdout.",
+)
+@namespace_option
+@mig_manager_option
+@limit_option
+@bad_input
+def render(
+    inventory: str, out: str | None, namespace: str, mig_manager: str, limit: tuple[str, ...]
+) -> None:
+    """Render INVENTORY's manifests and Helm values (docs/kubernetes.md)."""
+    rendered = _render(inventory, limit, namespace, mig_manager)
+    if out is None:
+        click.echo(rendered.stream(), nl=False)
+        return
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in rendered.files:
+        (directory / name).write_text(rendered.file_text(name))
+    click.echo(f"wrote {', '.join(rendered.files)} to {directory}")
+
+
+@kube.command()
+@click.argument("inventory", type=click.Path(dir_okay=False))
+@click.option("--kubeconfig", required=True, help="kubeconfig of the cluster.")
+@click.option("--dry-run", is_flag=True, help="Only show what would change (kubectl diff).")
+@namespace_option
+@mig_manager_option
+@limit_option
+@bad_input
+def apply(
+    inventory: str,
+    kubeconfig: str,
+    dry_run: bool,
+    namespace: str,
+    mig_manager: str,
+    limit: tuple[str, ...],
+) -> None:
+    """Apply INVENTORY's ConfigMaps, node labels and taints with kubectl server-side apply.
+
+    Only gpuprov's own labels and taints change; other labels and taints stay. Exit 0 done,
+    1 the cluster refused or could not be reached, 2 bad input (touching nothing).
+    """
+    client = Kubectl(kubeconfig)
+    client.check_kubeconfig()
+    rendered = _render(inventory, limit, namespace, mig_manager)
+    try:
+        nodes = client.nodes()
+        present = [n for n in rendered.nodes if n.name in nodes]
+        for node in rendered.nodes:
+            if node.name not in nodes:
+                click.echo(
+                    f"warning: node {node.name} (host {node.host}) is not in the cluster: skipped",
+                    err=True,
+                )
+        stream = manifests.dump(rendered.objects({n.name for n in present}))
+        taints = [c for n in present if (c := taint_change(n, nodes[n.name])) is not None]
+        if dry_run:
+            click.echo(client.diff(stream), nl=False)
+        else:
+            client.apply(stream)
+            for change in taints:
+                client.set_taints(change)
+    except KubectlError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_DRIFT)
+    _report(present, nodes, taints, dry_run)
+
+
+def _report(present, nodes, taints, dry_run: bool) -> None:
+    verb = "would change" if dry_run else "changed"
+    by_node = {c.node: c for c in taints}
+    changed = 0
+    for node in present:
+        parts = [
+            f"{key}={wanted}" for key, (_, wanted) in label_changes(node, nodes[node.name]).items()
+        ]
+        change = by_node.get(node.name)
+        if change is not None:
+            parts += [f"taint +{t}" for t in change.added] + [f"taint -{t}" for t in change.removed]
+        if parts:
+            changed += 1
+            click.echo(f"node {node.name}: {verb} {', '.join(parts)}")
+    if not changed:
+        click.echo(f"nodes: nothing to change ({len(present)} nodes checked)")

@@ -1,0 +1,71 @@
+"""The NVIDIA device plugin config of a host as a dict, and the name it has in the ConfigMap.
+
+Every host of one kind shares one named config; a node picks its config with the
+``nvidia.com/device-plugin.config`` label (config-manager sidecar, k8s-device-plugin
+cmd/config-manager).
+
+>>> config_name({"version": "v1", "flags": {"migStrategy": "mixed"}})
+'mig-mixed'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuprov.contract import (
+    DEVICE_PLUGIN_CONFIG_VERSION,
+    DEVICE_PLUGIN_DEFAULT_CONFIG,
+    GPU_RESOURCE,
+)
+from gpuprov.plan import HostPlan
+
+
+def plugin_defaults() -> dict[str, Any]:
+    """The config of whole cards: the plugin's own defaults, spelt out (``whole``)."""
+    return {"version": DEVICE_PLUGIN_CONFIG_VERSION, "flags": {"migStrategy": "none"}}
+
+
+def host_config(plan: HostPlan) -> dict[str, Any]:
+    """The device plugin config (api/config/v1) the plan asks of ``plan``'s host.
+
+    Same content as the host file the deploy writes (templates/device-plugin-config.yaml.j2,
+    rendered by gpuprov/deploys/device_plugin.py; a test keeps them equal). A ``whole_card``
+    host gets no host file, which is the plugin's defaults: the ConfigMap spells those out
+    (``migStrategy: none``) so the node's label names a real config.
+
+    >>> host_config(plan.host("gpu-a100-01"))["sharing"]["timeSlicing"]["resources"]  # doctest: +SKIP
+    [{'name': 'nvidia.com/gpu', 'replicas': 4}]
+    """
+    # One renderer for host file and ConfigMap is the aim: when the host file's renderer
+    # returns this dict, this function becomes a call to it.
+    config = plugin_defaults()
+    config["flags"]["migStrategy"] = plan.mig_strategy or "none"
+    if plan.time_slicing is not None:
+        config["sharing"] = {
+            "timeSlicing": {
+                "renameByDefault": plan.time_slicing.rename,
+                "failRequestsGreaterThanOne": plan.time_slicing.fail_requests_greater_than_one,
+                "resources": [{"name": GPU_RESOURCE, "replicas": plan.time_slicing.replicas}],
+            }
+        }
+    return config
+
+
+def config_name(config: dict[str, Any]) -> str:
+    """A stable, readable name for ``config``, made of what sets it apart from the others.
+
+    ``shared-r4`` (time-slicing x4, renamed to ``nvidia.com/gpu.shared``, one replica per
+    container), ``shared-r4-norename`` (advertised as ``nvidia.com/gpu``), ``shared-r4-multi``
+    (more than one replica per container allowed), ``mig-mixed``, ``mig-single``, ``whole``.
+    Each name is also a valid label value (at most 63 characters).
+    """
+    slicing = config.get("sharing", {}).get("timeSlicing")
+    if slicing:
+        name = f"shared-r{slicing['resources'][0]['replicas']}"
+        if not slicing["renameByDefault"]:
+            name += "-norename"
+        if not slicing["failRequestsGreaterThanOne"]:
+            name += "-multi"
+        return name
+    strategy = config["flags"]["migStrategy"]
+    return DEVICE_PLUGIN_DEFAULT_CONFIG if strategy == "none" else f"mig-{strategy}"

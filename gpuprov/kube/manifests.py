@@ -1,0 +1,193 @@
+"""Everything the cluster needs from the plan, as YAML files: ConfigMaps, node labels and
+taints, Helm values. Derived only from the plan (gpuprov.plan.build), never a second source.
+
+>>> rendered = render(plan, namespace="nvidia-device-plugin")      # doctest: +SKIP
+>>> sorted(rendered.device_plugin_configs)                         # doctest: +SKIP
+['mig-mixed', 'shared-r4', 'whole']
+>>> rendered.nodes[0].labels["nvidia.com/device-plugin.config"]    # doctest: +SKIP
+'shared-r4'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from gpuprov.contract import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    DEVICE_PLUGIN_CONFIGMAP,
+    DEVICE_PLUGIN_DEFAULT_CONFIG,
+    MIG_CONFIG_LABEL,
+    MIG_PARTED_CONFIGMAP,
+    MIG_PARTED_CONFIGMAP_KEY,
+    OWNED_TAINTS_ANNOTATION,
+)
+from gpuprov.errors import InputError, Problem
+from gpuprov.kube import helm
+from gpuprov.kube.device_plugin import config_name, host_config, plugin_defaults
+from gpuprov.kube.pools import Taint, node_name, pool_labels, pool_taints
+from gpuprov.mig import partedconfig
+from gpuprov.plan import ClusterPlan
+
+MIG_MANAGERS = ("gpuprov", "operator")  # who applies MIG: gpuprov's agent or the GPU Operator
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What gpuprov owns on one Kubernetes node."""
+
+    name: str
+    host: str
+    labels: dict[str, str]
+    taints: tuple[Taint, ...]
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        """Which taints gpuprov set, so a later run can remove the ones it no longer wants
+        (a Node's taints are one list: server-side apply cannot own single taints)."""
+        return {OWNED_TAINTS_ANNOTATION: ",".join(f"{t.key}:{t.effect}" for t in self.taints)}
+
+    def labels_object(self) -> dict[str, Any]:
+        """The Node object gpuprov applies server-side: its labels and annotation only."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.name, "labels": self.labels, "annotations": self.annotations},
+        }
+
+
+@dataclass(frozen=True)
+class Rendered:
+    device_plugin_configs: dict[str, dict[str, Any]]
+    nodes: tuple[NodeState, ...]
+    mig: partedconfig.PartedExport | None
+    files: dict[str, tuple[str, list[Any]]]  # file name -> (comment header, YAML documents)
+    warnings: tuple[str, ...]
+
+    def file_text(self, name: str) -> str:
+        header, documents = self.files[name]
+        comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+        return comment + dump(documents)
+
+    def objects(self, nodes: set[str]) -> list[dict[str, Any]]:
+        """The Kubernetes objects to apply server-side: the ConfigMaps, then the label objects
+        of ``nodes`` (only nodes that exist: applying a Node object would create one)."""
+        out = list(self.files["device-plugin-configmap.yaml"][1])
+        out += self.files.get("mig-parted-configmap.yaml", ("", []))[1]
+        return out + [n.labels_object() for n in self.nodes if n.name in nodes]
+
+    def stream(self) -> str:
+        """Every file as one multi-document YAML stream, each document headed by its file."""
+        return "".join(f"---\n# file: {name}\n{self.file_text(name)}" for name in self.files)
+
+
+def dump(documents: list[Any]) -> str:
+    """A multi-document YAML stream, multi-line strings as ``|`` blocks."""
+    return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False)
+
+
+def render(
+    cluster: ClusterPlan,
+    namespace: str,
+    mig_manager: str = "gpuprov",
+    only: set[str] | None = None,
+) -> Rendered:
+    """The manifests for ``cluster``; ``mig_manager`` says who applies MIG layouts.
+
+    ``only`` (host names) limits the nodes; the ConfigMaps always hold the configs of every
+    host, since applying one that lacks a config would take it from the nodes using it.
+    """
+    # The default is always there, for nodes without the label.
+    configs: dict[str, dict[str, Any]] = {DEVICE_PLUGIN_DEFAULT_CONFIG: plugin_defaults()}
+    mig = partedconfig.export(cluster.hosts) if mig_manager == "operator" else None
+    nodes = []
+    seen: dict[str, str] = {}
+    problems = []
+    for host in cluster.hosts:
+        config = host_config(host)
+        name = config_name(config)
+        configs[name] = config
+        node = node_name(host)
+        if node in seen:
+            problems.append(
+                Problem(
+                    cluster.inventory,
+                    f"node {node} is also host {seen[node]}'s node",
+                    host=host.name,
+                    key="kube_node_name",
+                )
+            )
+        seen[node] = host.name
+        labels = {**pool_labels(host), DEVICE_PLUGIN_CONFIG_LABEL: name}
+        if mig is not None and host.name in mig.host_configs:
+            labels[MIG_CONFIG_LABEL] = mig.host_configs[host.name]
+        if only is None or host.name in only:
+            nodes.append(NodeState(node, host.name, labels, pool_taints(host)))
+    if problems:
+        raise InputError(problems)
+    configs = dict(sorted(configs.items()))
+    all_taints = [t for n in nodes for t in n.taints]
+    operator_values, warnings = helm.gpu_operator(
+        list(cluster.hosts), all_taints, mig_manager == "operator"
+    )
+    if mig is not None and mig.host_configs:
+        warnings.insert(0, partedconfig.PLACEMENT_WARNING)
+
+    files: dict[str, tuple[str, list[Any]]] = {}
+    files["device-plugin-configmap.yaml"] = (
+        f"NVIDIA device plugin configs, one per kind of host, from {cluster.inventory}.\n"
+        f"Each node picks one with its {DEVICE_PLUGIN_CONFIG_LABEL} label (nodes.yaml).",
+        [_config_map(DEVICE_PLUGIN_CONFIGMAP, namespace, _texts(configs))],
+    )
+    if mig is not None:
+        files["mig-parted-configmap.yaml"] = (
+            "mig-parted config for the GPU Operator's MIG manager; each node picks one with its\n"
+            f"{MIG_CONFIG_LABEL} label.\n{partedconfig.PLACEMENT_WARNING}.",
+            [_config_map(MIG_PARTED_CONFIGMAP, namespace, {MIG_PARTED_CONFIGMAP_KEY: mig.text()})],
+        )
+    files["nodes.yaml"] = (
+        "The labels gpuprov owns on each node (server-side apply, field manager gpuprov:\n"
+        "`gpuprov kube apply` or `kubectl apply --server-side --field-manager=gpuprov`).",
+        [n.labels_object() for n in nodes],
+    )
+    files["node-taints.yaml"] = (
+        "The taints gpuprov owns on each node. `gpuprov kube apply` sets them and keeps\n"
+        "other taints; by hand: kubectl taint node NODE TAINT --overwrite",
+        [{n.name: [str(t) for t in n.taints] for n in nodes}],
+    )
+    files["device-plugin-values.yaml"] = (
+        "Helm values for NVIDIA's nvidia-device-plugin chart (docs/kubernetes.md).",
+        [helm.device_plugin_chart(all_taints)],
+    )
+    files["gpu-operator-values.yaml"] = (
+        "Helm values for NVIDIA's gpu-operator chart (docs/kubernetes.md).",
+        [operator_values],
+    )
+    return Rendered(configs, tuple(nodes), mig, files, tuple(warnings))
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the configs inside ConfigMaps) as readable ``|`` blocks."""
+
+
+_Dumper.add_representer(
+    str,
+    lambda dumper, text: dumper.represent_scalar(
+        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None
+    ),
+)
+
+
+def _texts(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {name: yaml.safe_dump(config, sort_keys=False) for name, config in configs.items()}
+
+
+def _config_map(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
+    }
