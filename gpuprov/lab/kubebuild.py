@@ -85,7 +85,7 @@ def ensure(log=sys.stderr) -> dict[str, Path]:
 
 
 def _go(module: Path, *args: str) -> None:
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
     result = subprocess.run(["go", *args], cwd=module, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-15:]
