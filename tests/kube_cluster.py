@@ -17,10 +17,13 @@ import pytest
 from gpuprov.lab import kubebuild
 from gpuprov.lab.controlplane import ControlPlane
 
+NEEDED = ("etcd", "kube-apiserver", "kubectl")
+
 
 def control_plane() -> ControlPlane:
+    """A started control plane; the built kubectl comes first on PATH (gpuprov runs `kubectl`)."""
     binaries = kubebuild.binaries()
-    missing = [name for name, path in binaries.items() if not path.is_file()]
+    missing = [name for name in NEEDED if not binaries[name].is_file()]
     if missing:
         message = (
             f"no {', '.join(missing)} in {kubebuild.cache_dir()}: build them with "
@@ -31,8 +34,11 @@ def control_plane() -> ControlPlane:
         pytest.skip(message)
     if os.geteuid() != 0:
         pytest.skip("the lab control plane runs as root")
-    plane = ControlPlane(Path(tempfile.mkdtemp(prefix="gpuprov-kube-test-")), "127.0.0.1")
+    plane = ControlPlane(
+        Path(tempfile.mkdtemp(prefix="gpuprov-kube-test-")), "127.0.0.1", port=None
+    )
     plane.start(binaries)
+    os.environ["PATH"] = f"{binaries['kubectl'].parent}{os.pathsep}{os.environ['PATH']}"
     return plane
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import socket
 import ssl
 import subprocess
 import time
@@ -35,8 +36,6 @@ from gpuprov.lab import procs
 from gpuprov.lab.errors import LabError
 
 API_PORT = 16443  # not 6443: a real API server may already listen there on this machine
-ETCD_CLIENT_PORT = 23790
-ETCD_PEER_PORT = 23800
 SERVICE_CIDR = "10.96.0.0/24"
 _VALID = datetime.timedelta(days=30)
 
@@ -64,10 +63,13 @@ def node_identity(name: str) -> Identity:
 class ControlPlane:
     """etcd + kube-apiserver with their files in ``directory``, serving on ``address``."""
 
-    def __init__(self, directory: Path, address: str, port: int = API_PORT):
+    def __init__(self, directory: Path, address: str, port: int | None = API_PORT):
+        """``port=None`` takes a free port (tests run several control planes side by side)."""
         self.dir = directory
         self.address = address
-        self.port = port
+        self.port = port or _free_port(address)
+        self.etcd_client, self.etcd_peer = _free_port("127.0.0.1"), _free_port("127.0.0.1")
+        self.kubectl_path = "kubectl"  # the built one once started
 
     @property
     def server(self) -> str:
@@ -80,6 +82,8 @@ class ControlPlane:
     def start(self, binaries: dict[str, Path], timeout: float = 60.0) -> None:
         """Make the certificates (once) and start etcd and the API server; wait until healthy."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        if binaries.get("kubectl") and Path(binaries["kubectl"]).is_file():
+            self.kubectl_path = str(binaries["kubectl"])
         self._pki()
         etcd_data = self.dir / "etcd"
         procs.start(
@@ -87,11 +91,11 @@ class ControlPlane:
                 str(binaries["etcd"]),
                 "--name=gpuprov-lab",
                 f"--data-dir={etcd_data}",
-                f"--listen-client-urls=http://127.0.0.1:{ETCD_CLIENT_PORT}",
-                f"--advertise-client-urls=http://127.0.0.1:{ETCD_CLIENT_PORT}",
-                f"--listen-peer-urls=http://127.0.0.1:{ETCD_PEER_PORT}",
-                f"--initial-advertise-peer-urls=http://127.0.0.1:{ETCD_PEER_PORT}",
-                f"--initial-cluster=gpuprov-lab=http://127.0.0.1:{ETCD_PEER_PORT}",
+                f"--listen-client-urls=http://127.0.0.1:{self.etcd_client}",
+                f"--advertise-client-urls=http://127.0.0.1:{self.etcd_client}",
+                f"--listen-peer-urls=http://127.0.0.1:{self.etcd_peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{self.etcd_peer}",
+                f"--initial-cluster=gpuprov-lab=http://127.0.0.1:{self.etcd_peer}",
                 "--log-level=warn",
             ],
             self.dir / "etcd.pid",
@@ -101,7 +105,7 @@ class ControlPlane:
         procs.start(
             [
                 str(binaries["kube-apiserver"]),
-                f"--etcd-servers=http://127.0.0.1:{ETCD_CLIENT_PORT}",
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_client}",
                 f"--bind-address={self.address}",
                 f"--advertise-address={self.address}",
                 f"--secure-port={self.port}",
@@ -159,10 +163,10 @@ class ControlPlane:
         return path
 
     def kubectl(self, *args: str, kubeconfig: Path | None = None, timeout: float = 60.0):
-        """Run the machine's ``kubectl`` (or ``KUBECTL``) against this control plane."""
+        """Run kubectl (the built one, else the machine's) against this control plane."""
         config = kubeconfig or self.admin_kubeconfig
         return subprocess.run(
-            ["kubectl", f"--kubeconfig={config}", *args],
+            [self.kubectl_path, f"--kubeconfig={config}", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -259,6 +263,12 @@ class ControlPlane:
             _write(key_path, _private(key))
             _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
         return str(cert_path), str(key_path)
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
 
 
 def _builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.CertificateBuilder:
