@@ -8,6 +8,7 @@ drain that times out; a pod that has completed is removed at once.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from kube_cluster import bound_pod, control_plane, node
@@ -19,9 +20,11 @@ from gpuprov.operations.kube import drained, uncordoned
 
 @pytest.fixture(scope="module")
 def plane():
+    path = os.environ["PATH"]
     started = control_plane()
     yield started
     started.stop()
+    os.environ["PATH"] = path
 
 
 def _node(plane, name: str) -> dict:
