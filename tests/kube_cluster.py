@@ -55,7 +55,19 @@ def node(plane: ControlPlane, name: str, allocatable: dict[str, str] | None = No
 
 
 def bound_pod(plane: ControlPlane, name: str, node_name: str, phase: str | None = None) -> None:
-    """A pod bound to ``node_name`` and owned by a ReplicaSet, as a workload's pods are."""
+    """A pod bound to ``node_name`` and owned by a ReplicaSet, as a workload's pods are.
+
+    The namespace's ``default`` service account is made here: kube-controller-manager, which
+    makes it in a cluster, does not run in the lab.
+    """
+    _apply(
+        plane,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": "default"},
+        },
+    )
     rs = {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
