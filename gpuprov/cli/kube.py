@@ -17,7 +17,7 @@ from gpuprov.kube.nodes import node_change
 
 namespace_option = click.option(
     "--namespace",
-    default="nvidia-device-plugin",
+    default=manifests.DEFAULT_NAMESPACE,
     show_default=True,
     help="Namespace of the device plugin (the chart's release or the GPU Operator's).",
 )

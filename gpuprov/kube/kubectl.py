@@ -73,7 +73,10 @@ class Kubectl:
         kubectl itself parses it, offline."""
         if not Path(self.kubeconfig).expanduser().is_file():
             raise InputError([Problem(self.kubeconfig, "kubeconfig not found", key="--kubeconfig")])
-        result = self.run("config", "view", "--minify", "-o", "json")
+        try:
+            result = self.run("config", "view", "--minify", "-o", "json")
+        except KubectlError as e:
+            raise InputError([Problem(self.kubeconfig, str(e), key="--kubeconfig")]) from None
         if result.returncode != 0:
             raise InputError(
                 [
@@ -87,8 +90,12 @@ class Kubectl:
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         """Every node of the cluster, in one list call: name -> the Node object."""
-        listed = json.loads(self._ok("listing nodes", "get", "nodes", "-o", "json"))
-        return {item["metadata"]["name"]: item for item in listed.get("items", [])}
+        text = self._ok("listing nodes", "get", "nodes", "-o", "json")
+        try:
+            items = json.loads(text)["items"]
+            return {item["metadata"]["name"]: item for item in items}
+        except (ValueError, KeyError, TypeError):
+            raise KubectlError(f"listing nodes: not a node list: {text[:200]!r}") from None
 
     def apply(self, manifests: str) -> str:
         """Server-side apply under gpuprov's field manager; gpuprov's keys win conflicts."""

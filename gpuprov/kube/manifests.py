@@ -33,6 +33,7 @@ from gpuprov.mig import partedconfig
 from gpuprov.plan import ClusterPlan
 
 MIG_MANAGERS = ("gpuprov", "operator")  # who applies MIG: gpuprov's agent or the GPU Operator
+DEFAULT_NAMESPACE = "nvidia-device-plugin"  # the device plugin chart's usual namespace
 
 
 @dataclass(frozen=True)
