@@ -170,6 +170,13 @@ def test_an_api_server_that_is_down_is_exit_1_naming_it(plane, tmp_path):
     assert "Traceback" not in result.output
 
 
+def test_a_namespace_that_does_not_exist_is_named(plane, tmp_path, nodes):
+    result = apply(inventory(tmp_path, nodes), plane.admin_kubeconfig, "--namespace", "gpu-op")
+    assert result.exit_code == 1
+    assert "kubectl apply failed: namespace gpu-op does not exist: create it" in result.output
+    assert "gpuprov.io/pool" not in get(plane, "node", f"{nodes}-1")["metadata"]["labels"]
+
+
 def grant(plane, user: str, kind: str, name: str, verbs: str, resource: str) -> None:
     """A Role (in the device plugin's namespace) or ClusterRole bound to ``user``."""
     scope = ["-n", NAMESPACE] if kind == "role" else []

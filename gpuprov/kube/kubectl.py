@@ -32,6 +32,9 @@ _FORBIDDEN = re.compile(
 )
 
 
+_NO_NAMESPACE = re.compile(r'\(NotFound\): namespaces "([^"]+)" not found')
+
+
 class KubectlError(Exception):
     """kubectl ran and failed (API server down, no permission, conflict): its message."""
 
@@ -171,6 +174,12 @@ def explain(stderr: str) -> str:
     refused = missing_permissions(stderr)
     if refused:
         return "missing permission: " + "; ".join(refused)
+    namespace = _NO_NAMESPACE.search(stderr)
+    if namespace:
+        return (
+            f"namespace {namespace[1]} does not exist: create it (`kubectl create namespace "
+            f"{namespace[1]}`) or pass the device plugin's --namespace"
+        )
     last = _last_lines(stderr)
     if any(marker in stderr for marker in _UNREACHABLE):
         return f"the API server is unreachable: {last}"

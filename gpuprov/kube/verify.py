@@ -112,7 +112,7 @@ def compare_node(plan: HostPlan, want: NodeState, node: dict[str, Any] | None) -
         _labels(host, want, node)
         + _taints(host, want, node)
         + _cordon(host, want, node)
-        + _allocatable(plan, node)
+        + _allocatable(plan, want.name, node)
     )
 
 
@@ -170,37 +170,38 @@ def _cordon(host: str, want: NodeState, node: dict[str, Any]) -> list[Finding]:
     ]
 
 
-def _allocatable(plan: HostPlan, node: dict[str, Any]) -> list[Finding]:
+def _allocatable(plan: HostPlan, name: str, node: dict[str, Any]) -> list[Finding]:
+    """Planned resources and pods against ``status.allocatable`` of node ``name``."""
     allocatable = node.get("status", {}).get("allocatable") or {}
     out = []
     device_hint = (
-        "check the device plugin on the host: running, its config, and that it registered "
-        "with the kubelet"
+        f"node {name}: check the device plugin on the host (running, its config) and that it "
+        "registered with the kubelet"
     )
-    for name, planned in plan.resources.items():
-        have = allocatable.get(name)
+    for resource, planned in plan.resources.items():
+        have = allocatable.get(resource)
         if count(have) != planned:
             out.append(
                 Finding(
                     plan.name,
                     None,
                     "kube-allocatable",
-                    f"{name}: {planned}",
-                    f"{name}: {have}" if have is not None else f"no {name}",
+                    f"{resource}: {planned}",
+                    f"{resource}: {have}" if have is not None else f"no {resource}",
                     device_hint,
                 )
             )
-    for name, have in sorted(allocatable.items()):
+    for resource, have in sorted(allocatable.items()):
         # A resource left from an old config or MIG layout is advertised until the plugin restarts
         # (NVIDIA/k8s-device-plugin#992); at 0 it is only a leftover entry.
-        if is_gpu_resource(name) and name not in plan.resources and count(have) != 0:
+        if is_gpu_resource(resource) and resource not in plan.resources and count(have) != 0:
             out.append(
                 Finding(
                     plan.name,
                     None,
                     "kube-allocatable",
-                    f"{name}: 0 (not planned)",
-                    f"{name}: {have}",
+                    f"{resource}: 0 (not planned)",
+                    f"{resource}: {have}",
                     device_hint + " (restart it after a config or MIG change)",
                 )
             )
@@ -213,7 +214,8 @@ def _allocatable(plan: HostPlan, node: dict[str, Any]) -> list[Finding]:
                 "kube-pods",
                 f"pods: {plan.kubelet_max_pods}",
                 f"pods: {pods}" if pods is not None else "no pods in status.allocatable",
-                "check the kubelet's maxPods (kubelet_max_pods) and restart the kubelet",
+                f"node {name}: check the kubelet's maxPods (kubelet_max_pods) and restart "
+                "the kubelet",
             )
         )
     return out
