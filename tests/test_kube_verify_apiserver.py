@@ -22,6 +22,7 @@ from gpuprov.agent.bundle import write_bundle
 from gpuprov.cli import main
 from gpuprov.contract import SIM_ENV
 from gpuprov.lab import kubebuild
+from gpuprov.lab.controlplane import Identity
 
 # What the SimHost plans (2 x A100-80GB, 3g.40gb + 2g.20gb + 2 x 1g.10gb each, mixed) as a
 # kubelet reports it; pods is the default maxPods of a MIG host.
@@ -168,3 +169,19 @@ def test_a_bad_kubeconfig_is_exit_2(plane, host, tmp_path, text, message):
     assert code == 2, out
     assert out.startswith(f"error: {config}: --kubeconfig: ")
     assert message in out
+
+
+def test_list_on_nodes_is_all_verify_needs_and_without_it_the_permission_is_named(
+    plane, host, tmp_path
+):
+    config = plane.kubeconfig(tmp_path / "lister.kubeconfig", Identity("node-lister"))
+    [(check, _, found)] = findings(host, config)
+    assert check == "kube-api"
+    assert 'missing permission: user "node-lister" may not list nodes' in found
+    for args in (
+        ["create", "clusterrole", "node-lister", "--verb=list", "--resource=nodes"],
+        ["create", "clusterrolebinding", "node-lister", "--clusterrole=node-lister"]
+        + ["--user=node-lister"],
+    ):
+        assert plane.kubectl(*args).returncode == 0
+    assert findings(host, config) == []
