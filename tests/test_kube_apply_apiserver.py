@@ -203,6 +203,8 @@ def test_a_kubeconfig_that_may_only_read_nodes_is_refused_naming_the_permission(
     ) in result.output
     # With the ConfigMaps allowed, the nodes are next.
     grant(plane, "node-reader", "role", "reader-configmaps", "get,create,patch", "configmaps")
+    dry = apply(inventory(tmp_path, nodes), reader, "--dry-run")  # the server checks it too
+    assert dry.exit_code == 1 and "may not patch nodes" in dry.output
     result = apply(inventory(tmp_path, nodes), reader)
     assert result.exit_code == 1
     assert (

@@ -257,8 +257,10 @@ def test_dry_run_shows_kubectls_diff_and_changes_nothing(kubectl, setup):
     result = apply(inventory, "--kubeconfig", kubeconfig, "--dry-run")
     assert result.exit_code == 0, result.output
     calls = records(log)
-    assert [c["args"][2] for c in calls] == ["config", "get", "diff"]
+    assert [c["args"][2] for c in calls] == ["config", "get", "diff", "patch", "patch", "patch"]
     assert calls[2]["args"][2:5] == ["diff", "--server-side", "--field-manager=gpuprov"]
+    # The API server checks each node's patch and keeps nothing.
+    assert all("--dry-run=server" in c["args"] for c in calls[3:])
     assert "diff -u -N" in result.output
     assert "node gpu-1: would change" in result.output
     assert "taint +gpuprov.io/pool=shared:NoSchedule" in result.output

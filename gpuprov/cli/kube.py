@@ -119,8 +119,8 @@ def apply(
             click.echo(client.diff(stream), nl=False)
         else:
             client.apply(stream)
-            for change in changes:
-                client.patch_node(change)
+        for change in changes:
+            client.patch_node(change, dry_run=dry_run)
     except KubectlError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_DRIFT)

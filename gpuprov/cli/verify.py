@@ -13,7 +13,7 @@ from gpuprov.cli.plan import limit_option, load_plan
 from gpuprov.compare import hosts_summary, verify_report
 from gpuprov.contract import EXIT_DRIFT, EXIT_OK
 from gpuprov.findings import Finding
-from gpuprov.kube.verify_live import ClusterVerify
+from gpuprov.kube.cluster_check import ClusterCheck
 
 # Column widths that keep the six-column table within 100 characters.
 _WIDTHS = {"host": 14, "gpu": 3, "check": 17, "expected": 19, "found": 19, "hint": 17}
@@ -45,7 +45,7 @@ def verify(
 ) -> None:
     """Compare every host of INVENTORY with its plan; exit 1 if any drifts or is unreachable."""
     loaded, cluster = load_plan(inventory, limit)
-    cluster_check = ClusterVerify(kubeconfig, cluster) if kubeconfig else None
+    cluster_check = ClusterCheck(kubeconfig, cluster) if kubeconfig else None
     if snapshot_dir:
         results = verify_.verify_snapshots(snapshot_dir, cluster.hosts)
     else:

@@ -128,15 +128,17 @@ class Kubectl:
             raise KubectlError(f"kubectl diff failed: {explain(result.stderr)}")
         return result.stdout
 
-    def patch_node(self, change: NodeChange) -> None:
+    def patch_node(self, change: NodeChange, dry_run: bool = False) -> None:
         """Send ``change`` as one JSON patch; it fails whole if the node's taints changed since
-        they were read (its ``test`` op), so a taint another controller added is never dropped."""
+        they were read (its ``test`` op), so a taint another controller added is never dropped.
+        ``dry_run``: the API server checks it (permissions, the ``test`` op) and keeps nothing."""
         result = self.run(
             "patch",
             "node",
             change.node,
             "--type=json",
             f"--field-manager={KUBE_FIELD_MANAGER}",
+            *(["--dry-run=server"] if dry_run else []),
             "-p",
             json.dumps(change.json_patch()),
         )

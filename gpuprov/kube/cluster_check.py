@@ -4,7 +4,7 @@
 The kubeconfig is checked when the check is set up, before any host is contacted, so a bad
 one is exit 2 with nothing touched; an unreachable API server is a finding per host.
 
->>> check = ClusterVerify("~/.kube/config", cluster)   # doctest: +SKIP
+>>> check = ClusterCheck("~/.kube/config", cluster)   # doctest: +SKIP
 >>> check.add_to(results)                               # doctest: +SKIP
 """
 
@@ -17,7 +17,7 @@ from gpuprov.kube.verify import api_unreachable, compare_nodes
 from gpuprov.plan import ClusterPlan
 
 
-class ClusterVerify:
+class ClusterCheck:
     """The cluster side of verify for ``cluster``'s hosts, through ``kubeconfig``."""
 
     def __init__(self, kubeconfig: str, cluster: ClusterPlan):
