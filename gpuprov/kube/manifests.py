@@ -152,8 +152,8 @@ def render(
             [_config_map(MIG_PARTED_CONFIGMAP, namespace, {MIG_PARTED_CONFIGMAP_KEY: mig.text()})],
         )
     files["nodes.yaml"] = (
-        "The labels gpuprov owns on each node (server-side apply, field manager gpuprov:\n"
-        "`gpuprov kube apply` or `kubectl apply --server-side --field-manager=gpuprov`).",
+        "The labels gpuprov owns on each node. `gpuprov kube apply` sets them and keeps the\n"
+        "others; by hand: kubectl label node NODE KEY=VALUE --overwrite",
         [n.labels_object() for n in nodes],
     )
     files["node-taints.yaml"] = (
