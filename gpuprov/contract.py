@@ -99,6 +99,7 @@ MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 KUBE_LABEL_DOMAIN = "gpuprov.io"
 POOL_LABEL = f"{KUBE_LABEL_DOMAIN}/pool"  # default pool label and taint key, value = the mode
 OWNED_TAINTS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/taints"  # the taints gpuprov set last time
+OWNED_LABELS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/labels"  # the labels gpuprov set last time
 KUBE_FIELD_MANAGER = "gpuprov"
 DEVICE_PLUGIN_CONFIGMAP = "gpuprov-device-plugin-configs"  # keys are config names
 DEVICE_PLUGIN_DEFAULT_CONFIG = "whole"  # nodes without the label: whole cards

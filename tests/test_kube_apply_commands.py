@@ -104,7 +104,7 @@ def apply(*args: str):
     return CliRunner().invoke(main, ["kube", "apply", *args])
 
 
-def test_labels_and_configmap_go_by_server_side_apply_under_gpuprovs_field_manager(kubectl, setup):
+def test_configmap_goes_by_server_side_apply_and_each_node_gets_one_json_patch(kubectl, setup):
     inventory, kubeconfig = setup
     log = kubectl([node("gpu-1"), node("gpu-2"), node("gpu-3")])
     result = apply(inventory, "--kubeconfig", kubeconfig)
@@ -130,19 +130,33 @@ def test_labels_and_configmap_go_by_server_side_apply_under_gpuprovs_field_manag
     sent = list(yaml.safe_load_all(calls[2]["stdin"]))
     assert [(d["kind"], d["metadata"]["name"]) for d in sent] == [
         ("ConfigMap", "gpuprov-device-plugin-configs"),
-        ("Node", "gpu-1"),
-        ("Node", "gpu-2"),
-        ("Node", "gpu-3"),
     ]
     assert sent[0]["metadata"]["namespace"] == "nvidia-device-plugin"
     assert sorted(sent[0]["data"]) == ["shared-r4", "whole"]
-    # Only gpuprov's keys: nothing else of the node is in what it applies.
-    assert sent[1]["metadata"] == {
-        "name": "gpu-1",
-        "labels": {"gpuprov.io/pool": "shared", "nvidia.com/device-plugin.config": "shared-r4"},
-        "annotations": {"gpuprov.io/taints": "gpuprov.io/pool:NoSchedule"},
-    }
-    assert "spec" not in sent[1]
+    assert [c["args"][4] for c in calls[3:]] == ["gpu-1", "gpu-2", "gpu-3"]
+    assert calls[3]["args"][5:7] == ["--type=json", "--field-manager=gpuprov"]
+    # Only gpuprov's keys: each label added into the node's map, nothing else of the node.
+    assert json.loads(calls[3]["args"][-1]) == [
+        {"op": "add", "path": "/metadata/labels/gpuprov.io~1pool", "value": "shared"},
+        {
+            "op": "add",
+            "path": "/metadata/labels/nvidia.com~1device-plugin.config",
+            "value": "shared-r4",
+        },
+        {
+            "op": "add",
+            "path": "/metadata/annotations",
+            "value": {
+                "gpuprov.io/labels": "gpuprov.io/pool,nvidia.com/device-plugin.config",
+                "gpuprov.io/taints": "gpuprov.io/pool:NoSchedule",
+            },
+        },
+        {
+            "op": "add",
+            "path": "/spec/taints",
+            "value": [{"key": "gpuprov.io/pool", "value": "shared", "effect": "NoSchedule"}],
+        },
+    ]
     assert "node gpu-1: changed gpuprov.io/pool=shared" in result.output
 
 
@@ -160,7 +174,7 @@ def test_taints_are_patched_keeping_the_other_owners_taints(kubectl, setup):
         "--field-manager=gpuprov",
     ]
     ops = json.loads(patch["args"][-1])
-    assert ops == [
+    assert ops[-2:] == [
         # Only if nobody changed the list since it was read.
         {"op": "test", "path": "/spec/taints", "value": [FOREIGN_TAINT]},
         {
@@ -186,7 +200,7 @@ def test_a_pool_change_replaces_only_the_taint_gpuprov_set(kubectl, setup):
     result = apply(inventory, "--kubeconfig", kubeconfig, "--limit", "gpu-1")
     assert result.exit_code == 0, result.output
     (patch,) = [c for c in records(log) if c["args"][2] == "patch"]
-    assert json.loads(patch["args"][-1])[1]["value"] == [
+    assert json.loads(patch["args"][-1])[-1]["value"] == [
         {"key": "example.com/dedicated", "value": "team-a", "effect": "NoSchedule"},
         {"key": "gpuprov.io/pool", "value": "shared", "effect": "NoSchedule"},
     ]
@@ -199,7 +213,10 @@ def test_a_node_already_as_planned_gets_no_taint_patch_and_nothing_reported(kube
     done = node(
         "gpu-1",
         labels={"gpuprov.io/pool": "shared", "nvidia.com/device-plugin.config": "shared-r4"},
-        annotations={"gpuprov.io/taints": "gpuprov.io/pool:NoSchedule"},
+        annotations={
+            "gpuprov.io/labels": "gpuprov.io/pool,nvidia.com/device-plugin.config",
+            "gpuprov.io/taints": "gpuprov.io/pool:NoSchedule",
+        },
         taints=[
             FOREIGN_TAINT,
             {"key": "gpuprov.io/pool", "value": "shared", "effect": "NoSchedule"},
@@ -218,8 +235,7 @@ def test_limit_touches_only_those_nodes_but_the_configmap_keeps_every_config(kub
     result = apply(inventory, "--kubeconfig", kubeconfig, "--limit", "whole_card")
     assert result.exit_code == 0, result.output
     calls = records(log)
-    configmap, *nodes = yaml.safe_load_all(calls[2]["stdin"])
-    assert [n["metadata"]["name"] for n in nodes] == ["gpu-3"]
+    (configmap,) = yaml.safe_load_all(calls[2]["stdin"])
     # Server-side apply would take shared-r4 from gpu-1 and gpu-2 if it were left out.
     assert sorted(configmap["data"]) == ["shared-r4", "whole"]
     assert [c["args"][4] for c in calls if c["args"][2] == "patch"] == ["gpu-3"]
@@ -231,8 +247,8 @@ def test_a_node_not_in_the_cluster_is_skipped_never_created(kubectl, setup):
     result = apply(inventory, "--kubeconfig", kubeconfig)
     assert result.exit_code == 0, result.output
     assert "node gpu-2 (host gpu-2) is not in the cluster: skipped" in result.output
-    sent = list(yaml.safe_load_all(records(log)[2]["stdin"]))
-    assert [d["metadata"]["name"] for d in sent if d["kind"] == "Node"] == ["gpu-1", "gpu-3"]
+    patched = [c["args"][4] for c in records(log) if c["args"][2] == "patch"]
+    assert patched == ["gpu-1", "gpu-3"]
 
 
 def test_dry_run_shows_kubectls_diff_and_changes_nothing(kubectl, setup):
@@ -241,8 +257,10 @@ def test_dry_run_shows_kubectls_diff_and_changes_nothing(kubectl, setup):
     result = apply(inventory, "--kubeconfig", kubeconfig, "--dry-run")
     assert result.exit_code == 0, result.output
     calls = records(log)
-    assert [c["args"][2] for c in calls] == ["config", "get", "diff"]
+    assert [c["args"][2] for c in calls] == ["config", "get", "diff", "patch", "patch", "patch"]
     assert calls[2]["args"][2:5] == ["diff", "--server-side", "--field-manager=gpuprov"]
+    # The API server checks each node's patch and keeps nothing.
+    assert all("--dry-run=server" in c["args"] for c in calls[3:])
     assert "diff -u -N" in result.output
     assert "node gpu-1: would change" in result.output
     assert "taint +gpuprov.io/pool=shared:NoSchedule" in result.output
@@ -255,13 +273,13 @@ def test_the_cluster_refusing_is_exit_1_with_kubectls_reason(kubectl, setup, mon
     result = apply(inventory, "--kubeconfig", kubeconfig)
     assert result.exit_code == 1
     assert "kubectl apply failed" in result.output
-    assert 'cannot patch resource "nodes"' in result.output
+    assert 'missing permission: user "viewer" may not patch nodes' in result.output
     assert "Traceback" not in result.output
 
     monkeypatch.setenv("FAKE_KUBECTL_DOWN", "1")
     result = apply(inventory, "--kubeconfig", kubeconfig)
     assert result.exit_code == 1
-    assert "error: listing nodes failed: The connection to the server" in result.output
+    assert "error: listing nodes failed: the API server is unreachable" in result.output
 
 
 real_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")

@@ -142,7 +142,10 @@ def test_pools_get_a_label_and_a_taint_by_default_and_the_daemonsets_tolerate_th
     node = next(n for n in rendered.nodes if n.host == "mig-1")
     assert node.labels["gpuprov.io/pool"] == "mig"
     assert [str(t) for t in node.taints] == ["gpuprov.io/pool=mig:NoSchedule"]
-    assert node.annotations == {"gpuprov.io/taints": "gpuprov.io/pool:NoSchedule"}
+    assert node.annotations == {
+        "gpuprov.io/labels": "gpuprov.io/pool,nvidia.com/device-plugin.config",
+        "gpuprov.io/taints": "gpuprov.io/pool:NoSchedule",
+    }
     (chart,) = rendered.files["device-plugin-values.yaml"][1]
     (operator,) = rendered.files["gpu-operator-values.yaml"][1]
     for tolerations in (chart["tolerations"], operator["daemonsets"]["tolerations"]):

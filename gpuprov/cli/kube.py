@@ -13,11 +13,11 @@ from gpuprov.cli.plan import limit_option, load_plan
 from gpuprov.contract import EXIT_DRIFT
 from gpuprov.kube import manifests
 from gpuprov.kube.kubectl import Kubectl, KubectlError
-from gpuprov.kube.nodes import label_changes, taint_change
+from gpuprov.kube.nodes import node_change
 
 namespace_option = click.option(
     "--namespace",
-    default="nvidia-device-plugin",
+    default=manifests.DEFAULT_NAMESPACE,
     show_default=True,
     help="Namespace of the device plugin (the chart's release or the GPU Operator's).",
 )
@@ -95,10 +95,11 @@ def apply(
     mig_manager: str,
     limit: tuple[str, ...],
 ) -> None:
-    """Apply INVENTORY's ConfigMaps, node labels and taints with kubectl server-side apply.
+    """Apply INVENTORY's ConfigMaps, node labels and taints.
 
-    Only gpuprov's own labels and taints change; other labels and taints stay. Exit 0 done,
-    1 the cluster refused or could not be reached, 2 bad input (touching nothing).
+    ConfigMaps by kubectl server-side apply; each node that differs gets one JSON patch. Only
+    gpuprov's own labels and taints change; other labels and taints stay. Exit 0 done, 1 the
+    cluster refused or could not be reached, 2 bad input (touching nothing).
     """
     client = Kubectl(kubeconfig)
     client.check_kubeconfig()
@@ -112,33 +113,19 @@ def apply(
                     f"warning: node {node.name} (host {node.host}) is not in the cluster: skipped",
                     err=True,
                 )
-        stream = manifests.dump(rendered.objects({n.name for n in present}))
-        taints = [c for n in present if (c := taint_change(n, nodes[n.name])) is not None]
+        stream = manifests.dump(rendered.config_maps())
+        changes = [c for n in present if (c := node_change(n, nodes[n.name])) is not None]
         if dry_run:
             click.echo(client.diff(stream), nl=False)
         else:
             client.apply(stream)
-            for change in taints:
-                client.set_taints(change)
+        for change in changes:
+            client.patch_node(change, dry_run=dry_run)
     except KubectlError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_DRIFT)
-    _report(present, nodes, taints, dry_run)
-
-
-def _report(present, nodes, taints, dry_run: bool) -> None:
     verb = "would change" if dry_run else "changed"
-    by_node = {c.node: c for c in taints}
-    changed = 0
-    for node in present:
-        parts = [
-            f"{key}={wanted}" for key, (_, wanted) in label_changes(node, nodes[node.name]).items()
-        ]
-        change = by_node.get(node.name)
-        if change is not None:
-            parts += [f"taint +{t}" for t in change.added] + [f"taint -{t}" for t in change.removed]
-        if parts:
-            changed += 1
-            click.echo(f"node {node.name}: {verb} {', '.join(parts)}")
-    if not changed:
+    for change in changes:
+        click.echo(f"node {change.node}: {verb} {', '.join(change.summary())}")
+    if not changes:
         click.echo(f"nodes: nothing to change ({len(present)} nodes checked)")

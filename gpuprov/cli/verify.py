@@ -13,6 +13,7 @@ from gpuprov.cli.plan import limit_option, load_plan
 from gpuprov.compare import hosts_summary, verify_report
 from gpuprov.contract import EXIT_DRIFT, EXIT_OK
 from gpuprov.findings import Finding
+from gpuprov.kube.cluster_check import ClusterCheck
 
 # Column widths that keep the six-column table within 100 characters.
 _WIDTHS = {"host": 14, "gpu": 3, "check": 17, "expected": 19, "found": 19, "hint": 17}
@@ -28,14 +29,29 @@ _WIDTHS = {"host": 14, "gpu": 3, "check": 17, "expected": 19, "found": 19, "hint
     type=click.Path(exists=True, file_okay=False),
     help="Compare saved probe outputs DIR/<host>.json instead of connecting.",
 )
+@click.option(
+    "--kubeconfig",
+    metavar="FILE",
+    help="Also check the nodes as the API server shows them (labels, taints, cordon, "
+    "allocatable, pods), in one list call.",
+)
 @bad_input
-def verify(inventory: str, limit: tuple[str, ...], fmt: str, snapshot_dir: str | None) -> None:
+def verify(
+    inventory: str,
+    limit: tuple[str, ...],
+    fmt: str,
+    snapshot_dir: str | None,
+    kubeconfig: str | None,
+) -> None:
     """Compare every host of INVENTORY with its plan; exit 1 if any drifts or is unreachable."""
     loaded, cluster = load_plan(inventory, limit)
+    cluster_check = ClusterCheck(kubeconfig, cluster) if kubeconfig else None
     if snapshot_dir:
         results = verify_.verify_snapshots(snapshot_dir, cluster.hosts)
     else:
         results = verify_.verify_live(loaded, cluster.hosts)
+    if cluster_check is not None:
+        cluster_check.add_to(results)
     report = verify_report(results)
     if fmt == "json":
         emit_json(report)

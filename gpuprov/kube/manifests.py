@@ -22,6 +22,7 @@ from gpuprov.contract import (
     MIG_CONFIG_LABEL,
     MIG_PARTED_CONFIGMAP,
     MIG_PARTED_CONFIGMAP_KEY,
+    OWNED_LABELS_ANNOTATION,
     OWNED_TAINTS_ANNOTATION,
 )
 from gpuprov.errors import InputError, Problem
@@ -32,6 +33,7 @@ from gpuprov.mig import partedconfig
 from gpuprov.plan import ClusterPlan
 
 MIG_MANAGERS = ("gpuprov", "operator")  # who applies MIG: gpuprov's agent or the GPU Operator
+DEFAULT_NAMESPACE = "nvidia-device-plugin"  # the device plugin chart's usual namespace
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,12 @@ class NodeState:
 
     @property
     def annotations(self) -> dict[str, str]:
-        """Which taints gpuprov set, so a later run can remove the ones it no longer wants
-        (a Node's taints are one list: server-side apply cannot own single taints)."""
-        return {OWNED_TAINTS_ANNOTATION: ",".join(f"{t.key}:{t.effect}" for t in self.taints)}
+        """Which labels and taints gpuprov set, so a later run can remove the ones it no longer
+        wants and leave every other owner's alone."""
+        return {
+            OWNED_LABELS_ANNOTATION: ",".join(sorted(self.labels)),
+            OWNED_TAINTS_ANNOTATION: ",".join(f"{t.key}:{t.effect}" for t in self.taints),
+        }
 
     def labels_object(self) -> dict[str, Any]:
         """The Node object gpuprov applies server-side: its labels and annotation only."""
@@ -71,12 +76,11 @@ class Rendered:
         comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
         return comment + dump(documents)
 
-    def objects(self, nodes: set[str]) -> list[dict[str, Any]]:
-        """The Kubernetes objects to apply server-side: the ConfigMaps, then the label objects
-        of ``nodes`` (only nodes that exist: applying a Node object would create one)."""
+    def config_maps(self) -> list[dict[str, Any]]:
+        """The ConfigMaps, which ``gpuprov kube apply`` applies server-side (Nodes get a JSON
+        patch instead: gpuprov.kube.nodes says why)."""
         out = list(self.files["device-plugin-configmap.yaml"][1])
-        out += self.files.get("mig-parted-configmap.yaml", ("", []))[1]
-        return out + [n.labels_object() for n in self.nodes if n.name in nodes]
+        return out + self.files.get("mig-parted-configmap.yaml", ("", []))[1]
 
     def stream(self) -> str:
         """Every file as one multi-document YAML stream, each document headed by its file."""
@@ -148,8 +152,8 @@ def render(
             [_config_map(MIG_PARTED_CONFIGMAP, namespace, {MIG_PARTED_CONFIGMAP_KEY: mig.text()})],
         )
     files["nodes.yaml"] = (
-        "The labels gpuprov owns on each node (server-side apply, field manager gpuprov:\n"
-        "`gpuprov kube apply` or `kubectl apply --server-side --field-manager=gpuprov`).",
+        "The labels gpuprov owns on each node. `gpuprov kube apply` sets them and keeps the\n"
+        "others; by hand: kubectl label node NODE KEY=VALUE --overwrite",
         [n.labels_object() for n in nodes],
     )
     files["node-taints.yaml"] = (
