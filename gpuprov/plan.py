@@ -26,13 +26,14 @@ from gpuprov.contract import (
     MODES,
     PLAN_SCHEMA,
 )
-from gpuprov.errors import InputError, Problem
+from gpuprov.errors import InputError, Problem, shown
 from gpuprov.inventory_data import InventoryData, InventoryHost
 from gpuprov.mig.instance import Instance
 from gpuprov.mig.solver import solve
 from gpuprov.variables import (
     NOT_SET,
     OWN_PREFIX,
+    PYINFRA_PREFIXES,
     VARIABLES,
     check_packages,
     suggest,
@@ -156,7 +157,7 @@ def build(
         if limit is not None and host.name not in limit:
             continue
         selected += 1
-        kind = (host.groups, repr(sorted(host.host_data.items())))
+        kind = (host.groups, _fingerprint(host))
         if kind not in planned:
             planner = _HostPlanner(inventory, host, strict)
             planned[kind] = (planner.plan(), planner.problems)
@@ -187,6 +188,16 @@ def build(
             ]
         )
     return ClusterPlan(inventory.path, tuple(hosts))
+
+
+def _fingerprint(host: InventoryHost) -> str:
+    """The host's own data as text, so hosts with equal data share one plan; a host whose data
+    has no text form (an integer past Python's str limit, an object whose repr fails) is its
+    own kind."""
+    try:
+        return repr(sorted(host.host_data.items()))
+    except Exception:
+        return f"host {host.name}"
 
 
 # Keys that say a host has GPUs for gpuprov: set for a host in no mode group, they mean the
@@ -281,7 +292,7 @@ class _HostPlanner:
         data = self.host.data
         for key in data:
             if not isinstance(key, str):
-                self.problem(f"keys must be strings, got {key!r}", source="host data")
+                self.problem(f"keys must be strings, got {shown(key)}", source="host data")
                 continue
             if key in VARIABLES or key.startswith("_"):
                 continue
@@ -290,7 +301,7 @@ class _HostPlanner:
                 self.problem(f"unknown key; did you mean {guess}?", key=key)
             elif key.startswith(OWN_PREFIX):
                 self.problem("unknown gpuprov key (see docs/variables.md)", key=key)
-            elif self.strict:
+            elif self.strict and not key.startswith(PYINFRA_PREFIXES):
                 self.problem("not a gpuprov key (another tool's; --strict refuses it)", key=key)
         settings: dict[str, Any] = {}
         for name, var in VARIABLES.items():

@@ -489,6 +489,9 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in _VARIABLES}
 # gpuprov's own prefix: an unknown key with it is surely a gpuprov key gone wrong. Other
 # prefixes (`kube_`, `gpu_`, `driver_`, ...) are shared with Kubespray and Ansible roles.
 OWN_PREFIX = "gpuprov_"
+# pyinfra's own connection settings (its connectors' data keys): the inventory is pyinfra's, so
+# these are neither gpuprov's nor another tool's, and --strict leaves them alone.
+PYINFRA_PREFIXES = ("ssh_", "winrm_", "docker_", "dockerssh_", "chroot_", "podman_")
 # Longest key worth comparing with the registry: a near miss is at most 2 edits away.
 _NEAR_MAX = max(len(n) for n in VARIABLES) + 2
 

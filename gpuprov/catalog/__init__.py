@@ -14,6 +14,8 @@ from importlib import resources
 
 import yaml
 
+from gpuprov.errors import shown
+
 Placement = tuple[int, int]  # (start, size) in the memory-slot space
 
 
@@ -121,7 +123,7 @@ class Catalog:
             if close
             else f"; known models: {', '.join(self.models)}"
         )
-        return f"unknown GPU model {name!r}{hint}"
+        return f"unknown GPU model {shown(name)}{hint}"
 
 
 @cache
