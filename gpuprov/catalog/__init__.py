@@ -14,8 +14,6 @@ from importlib import resources
 
 import yaml
 
-from gpuprov.errors import shown
-
 Placement = tuple[int, int]  # (start, size) in the memory-slot space
 
 
@@ -123,7 +121,7 @@ class Catalog:
             if close
             else f"; known models: {', '.join(self.models)}"
         )
-        return f"unknown GPU model {shown(name)}{hint}"
+        return f"unknown GPU model {name!r}{hint}"
 
 
 @cache
