@@ -137,6 +137,8 @@ def test_empty_mig_layout_is_mig_on_with_no_instances(tmp_path):
     host = build(load(str(path))).host("n1")
     assert all(g.mig_enabled and g.instances == () for g in host.gpus)
     assert host.resources == {}
+    shown = CliRunner().invoke(main, ["plan", str(path)]).stdout
+    assert "GPU 0-1  MIG on, no instances" in shown
 
 
 def test_none_for_one_gpu_keeps_mig_off_on_it(tmp_path):

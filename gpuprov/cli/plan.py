@@ -97,7 +97,11 @@ def _layouts(host: plan_.HostPlan) -> dict[str, list[int]]:
     groups: dict[str, list[int]] = {}
     if host.mode == "mig":
         for gpu in host.gpus:
-            text = " ".join(f"{i.profile}@{i.start}" for i in gpu.instances) or "MIG off"
+            text = " ".join(f"{i.profile}@{i.start}" for i in gpu.instances)
+            if not gpu.mig_enabled:
+                text = "MIG off"
+            elif not text:
+                text = "MIG on, no instances"
             groups.setdefault(text, []).append(gpu.index)
     return groups
 
