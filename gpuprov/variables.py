@@ -525,11 +525,6 @@ def _edits(a: str, b: str) -> int:
     return previous[-1]
 
 
-def is_ours(key: str) -> bool:
-    """Whether ``key`` is gpuprov's: in the registry, or with gpuprov's own prefix."""
-    return key in VARIABLES or key.startswith(OWN_PREFIX)
-
-
 def check_packages(settings: dict[str, Any]) -> list[tuple[str, str]]:
     """Format the driver package patterns with the planned driver version, as the deploy will;
     ``(key, message)`` for each result that is not a Debian package name or version.
