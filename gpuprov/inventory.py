@@ -16,6 +16,7 @@ the file, group, host and value.
 from __future__ import annotations
 
 import ast
+import stat
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,9 +97,15 @@ def _compile(path: str, inventory: bool = False) -> tuple[Any, ast.Module]:
     """The code object and syntax tree of a Python file, or InputError saying why it is not
     one (missing, not a file, not .py, unreadable, not UTF-8, a NUL byte, a syntax error)."""
     file = Path(path)
-    if inventory and not file.exists():
-        raise InputError([Problem(path, "inventory file not found")])
-    if not file.is_file():
+    try:
+        status = file.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputError(
+            [Problem(path, "inventory file not found" if inventory else "not found")]
+        ) from None
+    except OSError as e:  # a name too long, a symlink loop, no permission on a directory
+        raise InputError([Problem(path, f"cannot read: {e.strerror}")]) from None
+    if not stat.S_ISREG(status.st_mode):
         raise InputError([Problem(path, "not a regular file (a pyinfra Python file is needed)")])
     if inventory and file.suffix != ".py":
         raise InputError(
@@ -110,9 +117,9 @@ def _compile(path: str, inventory: bool = False) -> tuple[Any, ast.Module]:
                 )
             ]
         )
+    if status.st_size > SOURCE_MAX_BYTES:
+        raise InputError([Problem(path, f"larger than {SOURCE_MAX_BYTES} bytes")])
     try:
-        if file.stat().st_size > SOURCE_MAX_BYTES:
-            raise InputError([Problem(path, f"larger than {SOURCE_MAX_BYTES} bytes")])
         raw = file.read_bytes()
     except OSError as e:
         raise InputError([Problem(path, f"cannot read: {e.strerror}")]) from None

@@ -131,7 +131,14 @@ def _path(value: Any) -> str:
 
 def _local_file(value: Any) -> str:
     """A file on this machine (the controller) that the deploy reads."""
-    if not Path(_str(value)).expanduser().is_file():
+    try:
+        found = Path(_str(value)).expanduser().is_file()
+    except (OSError, RuntimeError) as e:  # a name too long, `~user` of no such user
+        reason = getattr(e, "strerror", None) or str(e)
+        raise ValueError(
+            f"cannot be looked up on this machine ({reason}): {shown(value)}"
+        ) from None
+    if not found:
         raise ValueError(f"file not found on this machine: {shown(value)}")
     return value
 

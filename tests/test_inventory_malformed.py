@@ -117,6 +117,14 @@ def test_group_data_file_that_cannot_be_read(tmp_path):
     assert_one_error(plan(path), "group_data/whole_card.py: cannot read: Input/output error")
 
 
+def test_inventory_path_the_system_cannot_look_up(tmp_path):
+    too_long = tmp_path / ("a" * 300 + ".py")
+    assert_one_error(plan(too_long), "cannot read: File name too long")
+    loop = tmp_path / "loop.py"
+    loop.symlink_to(loop)
+    assert_one_error(plan(loop), "cannot read: Too many levels of symbolic links")
+
+
 def test_yaml_file_passed_as_the_inventory(tmp_path):
     path = tmp_path / "hosts.yaml"
     path.write_text("all:\n  hosts:\n    n1: {}\n")

@@ -77,6 +77,8 @@ def test_largest_allowed_values_plan(tmp_path):
         ("container_toolkit_repo_url", "not a url", "must be one URL"),
         ("driver_repo_key", "/nonexistent/key.gpg", "file not found on this machine"),
         ("kubeconfig", "/nonexistent/kubeconfig", "file not found on this machine"),
+        ("kubeconfig", "/" + "k" * 300, "File name too long"),
+        ("driver_repo_key", "~nosuchuser-gpuprov/key.gpg", "cannot be looked up on this machine"),
         ("containerd_config_path", "etc/containerd/config.toml", "must be an absolute path"),
         ("kubelet_config_dir", "/etc/kubernetes/../x", "without ., .. or empty components"),
         ("device_plugin_config_path", "/etc/x\n", "must not hold control characters"),
