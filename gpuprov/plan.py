@@ -152,11 +152,9 @@ def build(
     planned: dict[tuple, tuple[HostPlan | None, list[Problem]]] = {}
     # (file, source, key, message) -> [first problem, host names, GPUs]
     problems: dict[tuple, list] = {}
-    selected = 0
     for host in inventory.hosts:
         if limit is not None and host.name not in limit:
             continue
-        selected += 1
         kind = (host.groups, _fingerprint(host))
         if kind not in planned:
             planner = _HostPlanner(inventory, host, strict)
@@ -177,16 +175,14 @@ def build(
                 for first, names, gpus in problems.values()
             ]
         )
-    if selected and not hosts:
-        raise InputError(
-            [
-                Problem(
-                    inventory.path,
-                    f"no {'selected ' if limit is not None else ''}host is in a mode group "
-                    f"({', '.join(MODES)}): nothing to plan",
-                )
-            ]
+    if not hosts:  # an empty plan would read as "all is well"
+        nothing = (
+            f"no {'selected ' if limit is not None else ''}host is in a mode group "
+            f"({', '.join(MODES)})"
+            if inventory.hosts
+            else "the inventory defines no host"
         )
+        raise InputError([Problem(inventory.path, f"{nothing}: nothing to plan")])
     return ClusterPlan(inventory.path, tuple(hosts))
 
 

@@ -196,7 +196,7 @@ def _pattern(fields: tuple[str, ...]) -> Callable[[Any], str]:
 
 
 def _max_pods(value: Any) -> int | str:
-    if value == "auto":
+    if isinstance(value, str) and value == "auto":
         return value
     return _int(1, KUBELET_MAX_PODS_MAX, "the kubelet's maxPods is an int32")(value)
 

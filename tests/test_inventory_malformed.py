@@ -172,6 +172,11 @@ def test_inventory_with_no_host_in_a_mode_group_is_not_an_empty_ok(tmp_path):
     assert_one_error(plan(path), "no host is in a mode group (shared, mig, whole_card)")
 
 
+def test_inventory_with_no_hosts_at_all_is_not_an_empty_ok(tmp_path):
+    path = write_inventory(tmp_path, "# hosts to come\n")
+    assert_one_error(plan(path), "the inventory defines no host: nothing to plan")
+
+
 def test_upper_case_gpuprov_key_is_a_near_miss_not_ignored(tmp_path):
     path = write_inventory(
         tmp_path,
