@@ -12,6 +12,7 @@ escape sequence cannot repaint the terminal.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 # Longest rendering of a user's value inside a message; the rest is elided.
@@ -101,6 +102,34 @@ class Problem:
             counts.append(f"{self.gpus} GPUs")
         suffix = f" [{', '.join(counts)}]" if counts else ""
         return f"{where}: {printable(self.message)}{suffix}"
+
+
+def merged(problems: list[Problem]) -> list[Problem]:
+    """One Problem per distinct problem: those that differ only in their host become one naming
+    every host (and summing their GPUs), exact repeats are dropped; first-seen order.
+
+    >>> [str(p) for p in merged([Problem("i.py", "bad", host=h, key="k") for h in "abab"])]
+    ['i.py: hosts a, b: k: bad [2 hosts]']
+    """
+    by_what: dict[tuple, tuple[Problem, dict[str, None], list[int]]] = {}
+    for p in problems:
+        first, names, gpus = by_what.setdefault((p.file, p.source, p.key, p.message), (p, {}, [0]))
+        new = [h for h in p.hosts or (p.host,) if h and h not in names]
+        if new or first is p:  # an exact repeat adds nothing
+            gpus[0] += p.gpus
+        names.update(dict.fromkeys(new))
+    out = []
+    for first, names, gpus in by_what.values():
+        hosts = tuple(names)
+        out.append(
+            dataclasses.replace(
+                first,
+                host=hosts[0] if hosts else None,
+                hosts=hosts if len(hosts) > 1 else (),
+                gpus=gpus[0],
+            )
+        )
+    return out
 
 
 class InputError(Exception):

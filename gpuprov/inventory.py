@@ -26,7 +26,7 @@ from pyinfra.api import Inventory, State
 from pyinfra.context import ctx_inventory, ctx_state
 
 from gpuprov.contract import MODES
-from gpuprov.errors import InputError, Problem, has_control, shown
+from gpuprov.errors import InputError, Problem, has_control, merged, shown
 from gpuprov.inventory_data import InventoryData, InventoryHost
 
 __all__ = ["InventoryHost", "LoadedInventory", "from_pyinfra", "load"]
@@ -50,7 +50,7 @@ def load(path: str, override_data: dict[str, Any] | None = None) -> LoadedInvent
         namespace = _run(path, _compile(path, inventory=True)[0])
         groups, problems = _groups(path, namespace)
         if problems:
-            raise InputError(problems)
+            raise InputError(merged(problems))
         all_hosts, all_data = groups.pop("all", (None, {}))
         if all_hosts is None:
             # As pyinfra: without an `all` group, every host of every group, first seen first.
@@ -268,7 +268,7 @@ def _group_data(directory: Path) -> tuple[dict[str, dict], dict[str, str]]:
         data[entry.stem] = {k: namespace[k] for k in names}
         files[entry.stem] = f"{GROUP_DATA_DIR}/{entry.name}"
     if problems:
-        raise InputError(problems)
+        raise InputError(merged(problems))
     return data, files
 
 

@@ -26,7 +26,7 @@ from gpuprov.contract import (
     MODES,
     PLAN_SCHEMA,
 )
-from gpuprov.errors import InputError, Problem, shown
+from gpuprov.errors import InputError, Problem, merged, shown
 from gpuprov.inventory_data import InventoryData, InventoryHost
 from gpuprov.mig.instance import Instance
 from gpuprov.mig.solver import solve
@@ -150,8 +150,7 @@ def build(
     # Hosts with the same groups and host data get the same plan: plan the first of each kind
     # and reuse it (a fleet of thousands has a handful of kinds).
     planned: dict[tuple, tuple[HostPlan | None, list[Problem]]] = {}
-    # (file, source, key, message) -> [first problem, host names, GPUs]
-    problems: dict[tuple, list] = {}
+    problems: list[Problem] = []
     for host in inventory.hosts:
         if limit is not None and host.name not in limit:
             continue
@@ -160,21 +159,11 @@ def build(
             planner = _HostPlanner(inventory, host, strict)
             planned[kind] = (planner.plan(), planner.problems)
         plan, kind_problems = planned[kind]
-        for p in kind_problems:
-            entry = problems.setdefault((p.file, p.source, p.key, p.message), [p, [], 0])
-            entry[1].append(host.name)
-            entry[2] += p.gpus
+        problems += (dataclasses.replace(p, host=host.name) for p in kind_problems)
         if plan is not None:
             hosts.append(dataclasses.replace(plan, name=host.name))
     if problems:
-        raise InputError(
-            [
-                dataclasses.replace(
-                    first, host=names[0], hosts=tuple(names) if len(names) > 1 else (), gpus=gpus
-                )
-                for first, names, gpus in problems.values()
-            ]
-        )
+        raise InputError(merged(problems))
     if not hosts:  # an empty plan would read as "all is well"
         nothing = (
             f"no {'selected ' if limit is not None else ''}host is in a mode group "

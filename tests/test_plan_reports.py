@@ -58,3 +58,15 @@ def test_distinct_problems_stay_distinct_and_hosts_of_one_problem_are_merged(tmp
     )
     assert lines[0].endswith("[2 hosts]")
     assert "host c (host data): time_slicing_replicas: must be an integer >= 2, got 1" in lines[1]
+
+
+def test_ten_thousand_malformed_host_entries_are_one_line_per_kind(tmp_path):
+    path = write_inventory(
+        tmp_path,
+        "whole_card = [5] * 5000 + [(f'h{i}', 'x') for i in range(5000)]\n",
+    )
+    lines = error_lines(plan(path))
+    assert len(lines) == 2
+    assert "group whole_card: a host name must be a string, got 5" in lines[0]
+    assert "hosts h0, h1, h2 and 4997 more (host data): data must be a dict" in lines[1]
+    assert lines[1].endswith("[5000 hosts]")
