@@ -3,6 +3,9 @@
 The plan is what every later step reads: the deploy applies it, verify compares hosts with it.
 An impossible plan is refused here, with every problem named, before any host is touched.
 
+Pure: it reads an InventoryData (plain hosts, groups and data; ``gpuprov/inventory.py`` loads
+one from a pyinfra inventory) and imports nothing of pyinfra.
+
 >>> plan = build(load("inventories/example.py"))           # doctest: +SKIP
 >>> plan.host("gpu-h100-01").gpus[0].instances[0]         # doctest: +SKIP
 Instance(start=0, size=4, profile='4g.40gb', profile_id=5)
@@ -16,12 +19,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprov import catalog
-from gpuprov.contract import KUBELET_DEFAULT_MAX_PODS, MODES, PLAN_SCHEMA
-from gpuprov.errors import InputError, Problem
-from gpuprov.inventory import InventoryHost, LoadedInventory
+from gpuprov.contract import (
+    GPU_RESOURCE,
+    KUBELET_DEFAULT_MAX_PODS,
+    MIG_RESOURCE_PREFIX,
+    MODES,
+    PLAN_SCHEMA,
+)
+from gpuprov.errors import InputError, Problem, merged, shown
+from gpuprov.inventory_data import InventoryData, InventoryHost
 from gpuprov.mig.instance import Instance
 from gpuprov.mig.solver import solve
-from gpuprov.variables import NOT_SET, VARIABLES, is_ours, suggest
+from gpuprov.variables import (
+    NOT_SET,
+    OWN_PREFIX,
+    PYINFRA_PREFIXES,
+    VARIABLES,
+    check_packages,
+    suggest,
+)
 
 
 @dataclass(frozen=True)
@@ -121,43 +137,73 @@ class ClusterPlan:
         }
 
 
-def build(inventory: LoadedInventory, limit: set[str] | None = None) -> ClusterPlan:
+def build(
+    inventory: InventoryData, limit: set[str] | None = None, strict: bool = False
+) -> ClusterPlan:
     """Plan every host of ``inventory`` that is in a mode group (or only those in ``limit``).
 
-    Raises InputError listing every problem found in the whole inventory.
+    Raises InputError listing every problem found in the whole inventory, each once: a problem
+    shared by many hosts (a bad value in a group) is one Problem naming them and counting them.
+    With ``strict``, keys that are not gpuprov's (another tool's) are problems too.
     """
-    problems: list[Problem] = []
     hosts = []
     # Hosts with the same groups and host data get the same plan: plan the first of each kind
     # and reuse it (a fleet of thousands has a handful of kinds).
     planned: dict[tuple, tuple[HostPlan | None, list[Problem]]] = {}
+    problems: list[Problem] = []
     for host in inventory.hosts:
         if limit is not None and host.name not in limit:
             continue
-        kind = (host.groups, repr(sorted(host.host_data.items())))
+        kind = (host.groups, _fingerprint(host))
         if kind not in planned:
-            planner = _HostPlanner(inventory, host)
+            planner = _HostPlanner(inventory, host, strict)
             planned[kind] = (planner.plan(), planner.problems)
         plan, kind_problems = planned[kind]
-        problems.extend(dataclasses.replace(p, host=host.name) for p in kind_problems)
+        problems += (dataclasses.replace(p, host=host.name) for p in kind_problems)
         if plan is not None:
             hosts.append(dataclasses.replace(plan, name=host.name))
     if problems:
-        raise InputError(problems)
+        raise InputError(merged(problems))
+    if not hosts:  # an empty plan would read as "all is well"
+        nothing = (
+            f"no {'selected ' if limit is not None else ''}host is in a mode group "
+            f"({', '.join(MODES)})"
+            if inventory.hosts
+            else "the inventory defines no host"
+        )
+        raise InputError([Problem(inventory.path, f"{nothing}: nothing to plan")])
     return ClusterPlan(inventory.path, tuple(hosts))
 
 
+def _fingerprint(host: InventoryHost) -> str:
+    """The host's own data as text, so hosts with equal data share one plan; a host whose data
+    has no text form (an integer past Python's str limit, an object whose repr fails) is its
+    own kind."""
+    try:
+        return repr(sorted(host.host_data.items()))
+    except Exception:
+        return f"host {host.name}"
+
+
+# Keys that say a host has GPUs for gpuprov: set for a host in no mode group, they mean the
+# host was meant to be in one.
+_GPU_KEYS = ("gpu_model", "gpu_count")
+
+
 class _HostPlanner:
-    def __init__(self, inventory: LoadedInventory, host: InventoryHost):
+    def __init__(self, inventory: InventoryData, host: InventoryHost, strict: bool = False):
         self.inventory = inventory
         self.host = host
+        self.strict = strict
         self.problems: list[Problem] = []
 
-    def problem(self, message: str, key: str | None = None, source: str | None = None) -> None:
+    def problem(
+        self, message: str, key: str | None = None, source: str | None = None, gpus: int = 0
+    ) -> None:
         if source is None and key is not None:
             source = self.inventory.source_of(self.host, key)
         self.problems.append(
-            Problem(self.inventory.path, message, host=self.host.name, source=source, key=key)
+            Problem(self.inventory.path, message, source=source, key=key, gpus=gpus)
         )
 
     def plan(self) -> HostPlan | None:
@@ -170,11 +216,7 @@ class _HostPlanner:
             )
             return None
         if not modes:
-            if "gpu_model" in self.host.data:
-                self.problem(
-                    f"gpu_model is set but the host is in no mode group ({', '.join(MODES)})",
-                    key="gpu_model",
-                )
+            self.unplanned()
             return None
         mode = modes[0]
         settings = self.settings(mode)
@@ -217,16 +259,35 @@ class _HostPlanner:
             settings=settings,
         )
 
+    def unplanned(self) -> None:
+        """A host in no mode group is not a GPU host, unless its own data or one of its groups
+        (not `all`) gives it GPU keys: then it was meant to be in a mode group."""
+        for key in _GPU_KEYS:
+            if key in self.host.data and self.inventory.source_of(self.host, key) != (
+                self.inventory.describe_group("all")
+            ):
+                self.problem(
+                    f"{key} is set but the host is in no mode group ({', '.join(MODES)}), so it "
+                    "would not be planned",
+                    key=key,
+                )
+                return
+
     def settings(self, mode: str) -> dict[str, Any]:
         data = self.host.data
         for key in data:
+            if not isinstance(key, str):
+                self.problem(f"keys must be strings, got {shown(key)}", source="host data")
+                continue
             if key in VARIABLES or key.startswith("_"):
                 continue
             guess = suggest(key)
             if guess:
                 self.problem(f"unknown key; did you mean {guess}?", key=key)
-            elif is_ours(key):
+            elif key.startswith(OWN_PREFIX):
                 self.problem("unknown gpuprov key (see docs/variables.md)", key=key)
+            elif self.strict and not key.startswith(PYINFRA_PREFIXES):
+                self.problem("not a gpuprov key (another tool's; --strict refuses it)", key=key)
         settings: dict[str, Any] = {}
         for name, var in VARIABLES.items():
             if var.modes and mode not in var.modes:
@@ -246,6 +307,9 @@ class _HostPlanner:
             except ValueError as e:
                 self.problem(str(e), key=name)
         settings.setdefault("mig_strategy", None)
+        if {"driver_version", "driver_packages", "driver_package_version"} <= settings.keys():
+            for key, message in check_packages(settings):
+                self.problem(message, key=key)
         model = settings.get("gpu_model")
         if model is not None and catalog.find_model(model) is None:
             self.problem(catalog.load().unknown_model(model), key="gpu_model")
@@ -275,21 +339,28 @@ class _HostPlanner:
                     key="mig_layout_by_gpu",
                 )
         gpus = []
+        # A default layout that does not fit is one problem, counting the GPUs it is on.
+        misfits: dict[tuple[str, str], int] = {}
         for index in range(count):
             key = "mig_layout_by_gpu" if index in by_gpu else "mig_layout"
-            layout = {p: c for p, c in (by_gpu.get(index, default) or {}).items() if c}
+            wanted = by_gpu[index] if index in by_gpu else default
+            if wanted is None:  # MIG off on this GPU
+                gpus.append(GpuPlan(index, model.alias, False, {}, (), 1))
+                continue
+            layout = {p: c for p, c in wanted.items() if c}
             fit = solve(model, layout)
             if not fit.fits:
                 where = f"GPU {index}: " if key == "mig_layout_by_gpu" else ""
-                self.problem(
-                    f"{where}{_layout_text(layout)} does not fit {model.alias}: {fit.reason}",
-                    key=key,
-                )
+                message = f"{where}{_layout_text(layout)} does not fit {model.alias}: {fit.reason}"
+                misfits[(key, message)] = misfits.get((key, message), 0) + 1
                 continue
-            gpus.append(GpuPlan(index, model.alias, bool(layout), layout, fit.instances, 1))
+            gpus.append(GpuPlan(index, model.alias, True, layout, fit.instances, 1))
+        for (key, message), gpu_count in misfits.items():
+            self.problem(message, key=key, gpus=gpu_count)
         if settings["mig_strategy"] == "single" and gpus:
             layouts = {tuple(sorted(g.layout.items())) for g in gpus}
-            if len(layouts) > 1 or not gpus[0].layout or len(gpus[0].layout) > 1:
+            single = gpus[0].mig_enabled and len(gpus[0].layout) == 1
+            if len(layouts) > 1 or not single or not all(g.mig_enabled for g in gpus):
                 self.problem(
                     "mig_strategy single needs MIG on every GPU with one identical "
                     "single-profile layout (the device plugin refuses mixed device "
@@ -311,13 +382,14 @@ def _resources(
     for gpu in gpus:
         if mode == "shared":
             assert time_slicing is not None
-            name = "nvidia.com/gpu.shared" if time_slicing.rename else "nvidia.com/gpu"
+            name = GPU_RESOURCE + ".shared" if time_slicing.rename else GPU_RESOURCE
             out[name] += gpu.replicas
         elif gpu.mig_enabled and mig_strategy == "single":
-            out["nvidia.com/gpu"] += len(gpu.instances)
+            out[GPU_RESOURCE] += len(gpu.instances)
         elif gpu.mig_enabled:
             for instance in gpu.instances:
-                out["nvidia.com/mig-" + instance.profile.replace("+", ".")] += 1
+                out[MIG_RESOURCE_PREFIX + instance.profile.replace("+", ".")] += 1
         else:
-            out["nvidia.com/gpu"] += 1
-    return dict(sorted(out.items()))
+            out[GPU_RESOURCE] += 1
+    # A GPU with MIG on and no instances advertises nothing.
+    return {k: v for k, v in sorted(out.items()) if v}

@@ -1,24 +1,29 @@
-"""Every inventory key gpuprov reads, with its default and its check (docs/variables.md mirrors this).
+"""Every inventory key gpuprov reads, with its default, its bounds and its check.
 
-Values are validated once, here, and the plan carries the checked values; deploys and verify read
-the plan, never raw host data.
+docs/variables.md mirrors this. Values are validated once, here, and the plan carries the
+checked values; deploys and verify read the plan, never raw host data. Each check bounds its
+value (sizes, lengths, character sets) so nothing the planner does later can hang on it, and
+refuses control characters, so no value can inject a line into a file or a message.
 
 >>> VARIABLES["time_slicing_replicas"].check(4)
 4
->>> suggest("time_slicng_replicas")
-'time_slicing_replicas'
+>>> suggest("time_slicng_replicas"), suggest("MIG_LAYOUT_BY_GPU"), suggest("kube_version")
+('time_slicing_replicas', 'mig_layout_by_gpu', None)
 """
 
 from __future__ import annotations
 
-import difflib
 import re
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpuprov.contract import (
     AGENT_PATH,
+    CONTAINER_RUNTIMES,
     CONTAINERD_CONFIG_PATH,
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIG_PATH,
@@ -26,8 +31,47 @@ from gpuprov.contract import (
     MIG_CONFIG_LABEL,
     POOL_LABEL,
 )
+from gpuprov.errors import has_control, shown
 
 NOT_SET = object()
+
+# --- Bounds, each with the reason it is where it is (docs/variables.md repeats them) ------------
+# The NVIDIA kernel driver handles at most 32 GPUs in one system: NV_MAX_DEVICES in
+# open-gpu-kernel-modules src/common/sdk/nvidia/inc/nvlimits.h.
+GPU_COUNT_MAX = 32
+# KubeletConfiguration.maxPods is an int32
+# (https://kubernetes.io/docs/reference/config-api/kubelet-config.v1beta1/).
+KUBELET_MAX_PODS_MAX = 2**31 - 1
+# The device plugin advertises one device per replica per GPU and the kubelet checkpoints each;
+# 1024 x 32 GPUs keeps that list and `maxPods: auto` far inside what a kubelet is run with.
+TIME_SLICING_REPLICAS_MAX = 1024
+# `kubectl drain --timeout`; a deploy that waits more than a day on one node is a hang.
+DRAIN_TIMEOUT_MAX = 86400
+# No GPU has more than seven GPU instances (NVIDIA MIG User Guide, Supported MIG Profiles).
+MIG_COUNT_MAX = 7
+# mig-parted profile names are short ([Nc.]Ng.Mgb[+attr]); a layout lists each profile once.
+PROFILE_NAME_MAX = 32
+LAYOUT_PROFILES_MAX = 32
+# PATH_MAX on Linux; no path, URL or command gpuprov writes needs more.
+TEXT_MAX = 4096
+LIST_MAX = 64
+# systemd unit names are at most 255 characters (systemd.unit(5)).
+UNIT_NAME_MAX = 255
+
+# The fields the deploy fills into `driver_packages` and `driver_package_version`
+# (gpuprov/deploys/driver.py `packages`): a pattern naming any other field cannot be formatted.
+PACKAGE_NAME_FIELDS = ("branch",)
+PACKAGE_VERSION_FIELDS = ("version",)
+
+# Debian policy 5.6.1 (package names) and 5.6.12 (versions).
+_DEB_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+_DEB_VERSION = re.compile(r"[0-9][A-Za-z0-9.+~:-]*")
+_DRIVER_VERSION = re.compile(r"[0-9]+(\.[0-9]+)*")
+_COMMAND_NAME = re.compile(r"[A-Za-z0-9._+/-]+")
+_UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@\\-]+")
+_WORD = re.compile(r"[A-Za-z0-9._+~/:-]+")
+# RFC 1123 subdomain: what Kubernetes accepts as a node name.
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @dataclass(frozen=True)
@@ -39,12 +83,12 @@ class Variable:
     modes: tuple[str, ...] = ()  # non-empty: only hosts in these mode groups may set it
 
 
-def _int(minimum: int) -> Callable[[Any], int]:
+def _int(minimum: int, maximum: int, why: str) -> Callable[[Any], int]:
     def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"must be an integer >= {minimum}, got {value!r}")
-        if value < minimum:
-            raise ValueError(f"must be an integer >= {minimum}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"must be an integer >= {minimum}, got {shown(value)}")
+        if value > maximum:
+            raise ValueError(f"must be an integer <= {maximum} ({why}), got {shown(value)}")
         return value
 
     return check
@@ -52,13 +96,63 @@ def _int(minimum: int) -> Callable[[Any], int]:
 
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"must be true or false, got {value!r}")
+        raise ValueError(f"must be true or false, got {shown(value)}")
     return value
 
 
 def _str(value: Any) -> str:
+    """A non-empty string of at most TEXT_MAX characters, without control characters."""
     if not isinstance(value, str) or not value:
-        raise ValueError(f"must be a non-empty string, got {value!r}")
+        raise ValueError(f"must be a non-empty string, got {shown(value)}")
+    if len(value) > TEXT_MAX:
+        raise ValueError(f"must be at most {TEXT_MAX} characters, got {len(value)}")
+    if has_control(value):
+        raise ValueError(
+            f"must not hold control characters (newline, escape, ...), got {shown(value)}"
+        )
+    return value
+
+
+def _matching(pattern: re.Pattern, what: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not pattern.fullmatch(_str(value)):
+            raise ValueError(f"must be {what}, got {shown(value)}")
+        return value
+
+    return check
+
+
+def _path(value: Any) -> str:
+    """An absolute, normalised path on the host (the deploy quotes it wherever it goes)."""
+    parts = _str(value).split("/")
+    if not value.startswith("/") or ".." in parts or "." in parts or "" in parts[1:]:
+        raise ValueError(
+            f"must be an absolute path without ., .. or empty components, got {shown(value)}"
+        )
+    return value
+
+
+def _local_file(value: Any) -> str:
+    """A file on this machine (the controller) that the deploy reads."""
+    try:
+        found = Path(_str(value)).expanduser().is_file()
+    except (OSError, RuntimeError) as e:  # a name too long, `~user` of no such user
+        reason = getattr(e, "strerror", None) or str(e)
+        raise ValueError(
+            f"cannot be looked up on this machine ({reason}): {shown(value)}"
+        ) from None
+    if not found:
+        raise ValueError(f"file not found on this machine: {shown(value)}")
+    return value
+
+
+def _url(value: Any) -> str:
+    """An APT repository URI (deb822 `URIs`): one URL, no spaces, a scheme apt knows how to name."""
+    parts = urlsplit(_str(value))
+    if any(c.isspace() for c in value) or not re.fullmatch(r"[a-z][a-z0-9+.-]*", parts.scheme):
+        raise ValueError(f"must be one URL (scheme://host/path, no spaces), got {shown(value)}")
+    if parts.scheme in ("http", "https", "ftp") and not parts.hostname:
+        raise ValueError(f"must name a host ({parts.scheme}://HOST/...), got {shown(value)}")
     return value
 
 
@@ -68,46 +162,87 @@ def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def _choice(*choices: str) -> Callable[[Any], str]:
     def check(value: Any) -> str:
-        if value not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}, got {shown(value)}")
         return value
 
     return check
 
 
-def _str_list(value: Any) -> list[str]:
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"must be a list of strings, got {value!r}")
-    return list(value)
+def _list(item: Callable[[Any], str]) -> Callable[[Any], list[str]]:
+    def check(value: Any) -> list[str]:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"must be a list of strings, got {shown(value)}")
+        if len(value) > LIST_MAX:
+            raise ValueError(f"must list at most {LIST_MAX} items, got {len(value)}")
+        return [item(v) for v in value]
+
+    return check
+
+
+def _pattern(fields: tuple[str, ...]) -> Callable[[Any], str]:
+    """A str.format pattern using only ``fields``, by name, with no conversion or format spec
+    (so the deploy can always format it, and a hostile spec cannot ask for a huge string)."""
+    allowed = ", ".join("{" + f + "}" for f in fields)
+
+    def check(value: Any) -> str:
+        try:
+            parsed = list(string.Formatter().parse(_str(value)))
+        except ValueError as e:
+            raise ValueError(f"is not a valid pattern ({e}), got {shown(value)}") from None
+        for _, name, spec, conversion in parsed:
+            if name is not None and (name not in fields or spec or conversion):
+                raise ValueError(f"may only use the fields {allowed}, got {shown(value)}")
+        return value
+
+    return check
 
 
 def _max_pods(value: Any) -> int | str:
-    if value == "auto":
+    if isinstance(value, str) and value == "auto":
         return value
-    return _int(1)(value)
+    return _int(1, KUBELET_MAX_PODS_MAX, "the kubelet's maxPods is an int32")(value)
 
 
-def _layout(value: Any, allow_empty: bool = False) -> dict[str, int]:
-    """A MIG layout: profile name -> count (counts >= 0)."""
-    if not isinstance(value, dict) or (not value and not allow_empty):
-        raise ValueError(f"must be a mapping of MIG profile to count, got {value!r}")
+def _layout(value: Any) -> dict[str, int]:
+    """A MIG layout, mig-parted's `mig-devices`: profile name -> count. ``{}`` is MIG on with
+    no instances; counts are 0..MIG_COUNT_MAX and not all 0 (mig-parted refuses that,
+    pkg/types/mig_config.go AssertValidFormat)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a mapping of MIG profile to count, got {shown(value)}")
+    if len(value) > LAYOUT_PROFILES_MAX:
+        raise ValueError(f"must list at most {LAYOUT_PROFILES_MAX} profiles, got {len(value)}")
     for profile, count in value.items():
-        if not isinstance(profile, str):
-            raise ValueError(f"profile names must be strings, got {profile!r}")
+        if not isinstance(profile, str) or not 0 < len(profile) <= PROFILE_NAME_MAX:
+            raise ValueError(f"profile names must be short strings, got {shown(profile)}")
+        if has_control(profile):
+            raise ValueError(f"profile names must not hold control characters: {shown(profile)}")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"count of {profile} must be an integer >= 0, got {count!r}")
+            raise ValueError(f"count of {profile} must be an integer >= 0, got {shown(count)}")
+        if count > MIG_COUNT_MAX:
+            raise ValueError(
+                f"count of {profile} must be <= {MIG_COUNT_MAX} (no GPU has more GPU "
+                f"instances), got {shown(count)}"
+            )
+    if value and not any(value.values()):
+        raise ValueError(
+            f"every count is 0 in {shown(value)}; use {{}} for MIG on with no instances "
+            "(mig-parted refuses all-zero counts)"
+        )
     return dict(value)
 
 
-def _layout_by_gpu(value: Any) -> dict[int, dict[str, int]]:
+def _layout_by_gpu(value: Any) -> dict[int, dict[str, int] | None]:
     if not isinstance(value, dict):
-        raise ValueError(f"must be a mapping of GPU index to layout, got {value!r}")
-    out = {}
+        raise ValueError(f"must be a mapping of GPU index to layout, got {shown(value)}")
+    out: dict[int, dict[str, int] | None] = {}
     for index, layout in value.items():
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-            raise ValueError(f"GPU index must be an integer >= 0, got {index!r}")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < GPU_COUNT_MAX:
+            raise ValueError(
+                f"GPU index must be an integer from 0 to {GPU_COUNT_MAX - 1}, got {shown(index)}"
+            )
         try:
-            out[index] = _layout(layout, allow_empty=True)
+            out[index] = None if layout is None else _layout(layout)
         except ValueError as e:
             raise ValueError(f"GPU {index}: {e}") from None
     return out
@@ -122,43 +257,61 @@ _VARIABLES = [
         "or NVML product name. Required.",
         _str,
     ),
-    Variable("gpu_count", NOT_SET, "Number of GPUs in the host. Required.", _int(1)),
+    Variable(
+        "gpu_count",
+        NOT_SET,
+        f"Number of GPUs in the host, 1 to {GPU_COUNT_MAX} (the NVIDIA driver handles at most "
+        f"{GPU_COUNT_MAX} GPUs per system: `NV_MAX_DEVICES`, open-gpu-kernel-modules "
+        "`nvlimits.h`). Required.",
+        _int(1, GPU_COUNT_MAX, "the NVIDIA driver handles at most 32 GPUs per system"),
+    ),
     # --- driver
     Variable(
         "driver_version",
         None,
-        "Pinned NVIDIA driver version (`550.127.05`); None leaves the driver unmanaged.",
-        _optional(_str),
+        "Pinned NVIDIA driver version (`550.127.05`: digits and dots); None leaves the driver "
+        "unmanaged.",
+        _optional(_matching(_DRIVER_VERSION, "an NVIDIA driver version like 550.127.05")),
     ),
     Variable(
         "driver_packages",
         ["nvidia-driver-{branch}-server"],
-        "Driver packages to install and hold; `{branch}` is the driver version's first field.",
-        _str_list,
+        "Driver packages to install and hold; `{branch}` is the driver version's first field. "
+        "Each must format to a Debian package name.",
+        _list(_pattern(PACKAGE_NAME_FIELDS)),
     ),
     Variable(
         "driver_package_version",
         "{version}-1",
-        "Debian version string of the driver packages; `{version}` is `driver_version`.",
-        _str,
+        "Debian version string of the driver packages; `{version}` is `driver_version`. "
+        "Must format to a Debian version.",
+        _pattern(PACKAGE_VERSION_FIELDS),
     ),
     Variable(
         "driver_repo_url",
         None,
-        "APT repository of the driver packages (deb822 `URIs`); "
+        "APT repository of the driver packages (deb822 `URIs`: one URL, no spaces); "
         "None uses the host's configured repositories.",
-        _optional(_str),
+        _optional(_url),
     ),
-    Variable("driver_repo_suite", "/", "deb822 `Suites` of the driver repository.", _str),
     Variable(
-        "driver_repo_components", [], "deb822 `Components` of the driver repository.", _str_list
+        "driver_repo_suite",
+        "/",
+        "deb822 `Suites` of the driver repository (one word).",
+        _matching(_WORD, "one word (a suite name or /)"),
+    ),
+    Variable(
+        "driver_repo_components",
+        [],
+        "deb822 `Components` of the driver repository.",
+        _list(_matching(_WORD, "one word")),
     ),
     Variable(
         "driver_repo_key",
         None,
         "Local path of the repository's signing key (armored or "
-        "binary); installed as the source's `signed-by` keyring.",
-        _optional(_str),
+        "binary); installed as the source's `signed-by` keyring. Must exist on this machine.",
+        _optional(_local_file),
     ),
     Variable("driver_reboot", False, "Allow a reboot when a driver change needs one.", _bool),
     Variable(
@@ -173,7 +326,7 @@ _VARIABLES = [
         "container_runtime",
         "containerd",
         "`containerd` or `docker`.",
-        _choice("containerd", "docker"),
+        _choice(*CONTAINER_RUNTIMES),
     ),
     Variable("container_runtime_default", True, "Make `nvidia` the default runtime.", _bool),
     Variable(
@@ -181,41 +334,46 @@ _VARIABLES = [
         None,
         "Pinned nvidia-container-toolkit Debian version "
         "(`1.17.8-1`); None leaves the toolkit unmanaged.",
-        _optional(_str),
+        _optional(_matching(_DEB_VERSION, "a Debian version like 1.17.8-1")),
     ),
     Variable(
         "container_toolkit_repo_url",
         None,
         "APT repository of the container toolkit; None uses `driver_repo_url`'s source.",
-        _optional(_str),
+        _optional(_url),
     ),
     Variable(
-        "container_toolkit_repo_suite", "/", "deb822 `Suites` of the toolkit repository.", _str
+        "container_toolkit_repo_suite",
+        "/",
+        "deb822 `Suites` of the toolkit repository.",
+        _matching(_WORD, "one word (a suite name or /)"),
     ),
     Variable(
         "container_toolkit_repo_components",
         [],
         "deb822 `Components` of the toolkit repository.",
-        _str_list,
+        _list(_matching(_WORD, "one word")),
     ),
     Variable(
         "container_toolkit_repo_key",
         None,
-        "Local path of the toolkit repository's signing key.",
-        _optional(_str),
+        "Local path of the toolkit repository's signing key. Must exist on this machine.",
+        _optional(_local_file),
     ),
     Variable(
         "containerd_config_path",
         CONTAINERD_CONFIG_PATH,
-        "containerd's main config; gets the `imports` line for the drop-in.",
-        _str,
+        "containerd's main config (absolute path); gets the `imports` line for the drop-in.",
+        _path,
     ),
     # --- time-slicing (hosts in `shared`)
     Variable(
         "time_slicing_replicas",
         NOT_SET,
-        "Replicas per GPU (>= 2, the device plugin's rule). Required in `shared`.",
-        _int(2),
+        f"Replicas per GPU, 2 (the device plugin's minimum) to {TIME_SLICING_REPLICAS_MAX} "
+        "(each replica is a device the plugin advertises and the kubelet checkpoints). "
+        "Required in `shared`.",
+        _int(2, TIME_SLICING_REPLICAS_MAX, "each replica is a device the kubelet tracks"),
         modes=("shared",),
     ),
     Variable(
@@ -235,8 +393,8 @@ _VARIABLES = [
     Variable(
         "device_plugin_config_path",
         DEVICE_PLUGIN_CONFIG_PATH,
-        "Where the NVIDIA device plugin's config file is written.",
-        _str,
+        "Where the NVIDIA device plugin's config file is written (absolute path).",
+        _path,
     ),
     # -f on the command line: the kernel cuts the process name to 15 characters
     # ("nvidia-device-p"), so `pkill -x nvidia-device-plugin` never matches.
@@ -250,7 +408,9 @@ _VARIABLES = [
     Variable(
         "mig_layout",
         None,
-        "MIG layout for every GPU: profile -> count (mig-parted convention).",
+        "MIG layout for every GPU: profile -> count, as mig-parted's `mig-devices`: `{}` is MIG "
+        f"on with no instances; counts 0 to {MIG_COUNT_MAX} (no GPU has more GPU instances), "
+        "not all 0.",
         _optional(_layout),
         modes=("mig",),
     ),
@@ -258,7 +418,7 @@ _VARIABLES = [
         "mig_layout_by_gpu",
         {},
         "GPU index -> layout, overriding `mig_layout` for those "
-        "GPUs; `{}` for a GPU keeps MIG disabled on it.",
+        "GPUs; `None` for a GPU keeps MIG disabled on it, `{}` enables MIG with no instances.",
         _layout_by_gpu,
         modes=("mig",),
     ),
@@ -273,7 +433,7 @@ _VARIABLES = [
         "mig_gpu_clients",
         ["nvidia-persistenced", "nvidia-dcgm", "dcgm-exporter"],
         "systemd units stopped (and restarted after) when a GPU reset is refused.",
-        _str_list,
+        _list(_matching(_UNIT_NAME, "a systemd unit name")),
     ),
     Variable(
         "mig_reboot",
@@ -285,7 +445,8 @@ _VARIABLES = [
     Variable(
         "kubelet_max_pods",
         "auto",
-        "kubelet `maxPods`, or `auto`: 110 plus the replicas time-slicing adds.",
+        "kubelet `maxPods` (1 to 2147483647: the kubelet reads an int32), or `auto`: 110 plus "
+        "the replicas time-slicing adds.",
         _max_pods,
     ),
     Variable(
@@ -294,36 +455,43 @@ _VARIABLES = [
         "kubelet `--config-dir` (e.g. "
         "`/etc/kubernetes/kubelet.conf.d`): write a drop-in there; None edits "
         "`kubelet_config_path` in place.",
-        _optional(_str),
+        _optional(_path),
     ),
-    Variable("kubelet_config_path", KUBELET_CONFIG_PATH, "kubelet's main config file.", _str),
+    Variable("kubelet_config_path", KUBELET_CONFIG_PATH, "kubelet's main config file.", _path),
     # --- gpuprov's own host agent
     Variable(
         "gpuprov_agent_path",
         AGENT_PATH,
         "Where the deploy installs the host agent (probe + MIG applier) and where verify runs it.",
-        _str,
+        _path,
     ),
     Variable(
         "gpuprov_python",
         "python3",
         "Python interpreter on the host that runs the agent (needs only the standard library).",
-        _str,
+        _matching(_COMMAND_NAME, "a command name or path without spaces"),
     ),
     # --- Kubernetes node handling
     Variable(
         "kubeconfig",
         None,
-        "Local kubeconfig: cordon and drain the node around a disruptive change.",
-        _optional(_str),
+        "Local kubeconfig: cordon and drain the node around a disruptive change. Must exist "
+        "on this machine.",
+        _optional(_local_file),
     ),
     Variable(
         "kube_node_name",
         None,
-        "Kubernetes node name; None uses the inventory host name.",
-        _optional(_str),
+        "Kubernetes node name (an RFC 1123 subdomain); None uses the inventory host name.",
+        _optional(_matching(_NODE_NAME, "a Kubernetes node name (lowercase RFC 1123)")),
     ),
-    Variable("drain_timeout", 300, "Seconds allowed for `kubectl drain`.", _int(1)),
+    Variable(
+        "drain_timeout",
+        300,
+        f"Seconds allowed for `kubectl drain`, 1 to {DRAIN_TIMEOUT_MAX} (a day; longer is a "
+        "hung deploy).",
+        _int(1, DRAIN_TIMEOUT_MAX, "a drain that takes more than a day is a hung deploy"),
+    ),
 ]
 
 # --- Kubernetes pools: node labels and taints (`gpuprov kube render|apply`). Named `kube_node_*`,
@@ -373,7 +541,7 @@ def _node_labels(value: Any) -> dict[str, str]:
 
 
 def _node_taints(value: Any) -> list[str]:
-    taints = _str_list(value)
+    taints = _list(_str)(value)
     for taint in taints:
         head, sep, effect = taint.rpartition(":")
         if not sep or effect not in TAINT_EFFECTS:
@@ -405,27 +573,67 @@ _VARIABLES += [
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in _VARIABLES}
 
-# Prefixes that mark a key as gpuprov's: an unknown key with one of them is an error.
-AREAS = (
-    "gpuprov_",
-    "gpu_",
-    "driver_",
-    "container_",
-    "containerd_",
-    "time_slicing_",
-    "device_plugin_",
-    "mig_",
-    "kubelet_",
-    "kube_",
-)
+# gpuprov's own prefix: an unknown key with it is surely a gpuprov key gone wrong. Other
+# prefixes (`kube_`, `gpu_`, `driver_`, ...) are shared with Kubespray and Ansible roles.
+OWN_PREFIX = "gpuprov_"
+# pyinfra's own connection settings (its connectors' data keys): the inventory is pyinfra's, so
+# these are neither gpuprov's nor another tool's, and --strict leaves them alone.
+PYINFRA_PREFIXES = ("ssh_", "winrm_", "docker_", "dockerssh_", "chroot_", "podman_")
+# Longest key worth comparing with the registry: a near miss is at most 2 edits away.
+_NEAR_MAX = max(len(n) for n in VARIABLES) + 2
 
 
 def suggest(key: str) -> str | None:
-    """The gpuprov key a misspelt ``key`` probably meant, or None."""
-    close = difflib.get_close_matches(key, list(VARIABLES), n=1, cutoff=0.8)
-    return close[0] if close else None
+    """The gpuprov key a near-miss ``key`` probably meant (a case or ``-`` variant, or at most
+    one edit away for short keys and two for longer ones), or None: then the key is another
+    tool's."""
+    if len(key) > _NEAR_MAX:
+        return None
+    normal = key.lower().replace("-", "_")
+    if normal in VARIABLES:
+        return normal if normal != key else None
+    allowed = 1 if len(normal) <= 8 else 2
+    best = min(VARIABLES, key=lambda name: _edits(normal, name))
+    return best if _edits(normal, best) <= allowed else None
 
 
-def is_ours(key: str) -> bool:
-    """Whether ``key`` looks like a gpuprov key (known, or in one of gpuprov's areas)."""
-    return key in VARIABLES or key.startswith(AREAS)
+def _edits(a: str, b: str) -> int:
+    """Edit distance with adjacent transpositions (optimal string alignment)."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, previous2[j - 2] + 1)
+            current.append(cost)
+        previous2, previous = previous, current
+    return previous[-1]
+
+
+def check_packages(settings: dict[str, Any]) -> list[tuple[str, str]]:
+    """Format the driver package patterns with the planned driver version, as the deploy will;
+    ``(key, message)`` for each result that is not a Debian package name or version.
+
+    >>> check_packages({"driver_version": "550.127.05", "driver_packages": ["nvidia-{branch}"],
+    ...                 "driver_package_version": "{version} 1"})
+    [('driver_package_version', "formats to '550.127.05 1', not a Debian version")]
+    """
+    version = settings.get("driver_version")
+    if version is None:
+        return []
+    problems = []
+    branch = version.split(".")[0]
+    for pattern in settings.get("driver_packages", []):
+        name = pattern.format(branch=branch)
+        if not _DEB_NAME.fullmatch(name):
+            problems.append(
+                ("driver_packages", f"formats to {shown(name)}, not a Debian package name")
+            )
+    package_version = settings["driver_package_version"].format(version=version)
+    if not _DEB_VERSION.fullmatch(package_version):
+        problems.append(
+            ("driver_package_version", f"formats to {shown(package_version)}, not a Debian version")
+        )
+    return problems

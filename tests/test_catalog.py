@@ -9,7 +9,8 @@ import yaml
 
 from gpuprov import catalog
 
-# A copy of ../shared/reference/mig_profiles.yaml, the research notes the catalog was built from.
+# tests/data/mig_profiles.reference.yaml: the research notes (with their public sources) the
+# catalog was compiled from.
 REFERENCE = Path(__file__).parent / "data" / "mig_profiles.reference.yaml"
 ALIASES = ["A100-40GB", "A100-80GB", "H100-80GB", "H100-94GB", "H200-141GB", "A30-24GB"]
 

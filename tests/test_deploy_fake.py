@@ -149,6 +149,6 @@ def test_an_impossible_plan_exits_2_before_any_command(tmp_path):
     assert deploy.returncode == plan.returncode == 2
     errors = [line for line in deploy.stderr.splitlines() if line.startswith("error: ")]
     assert errors == plan.stderr.splitlines()
-    assert errors and all(f"{inventory}: host " in e for e in errors)
+    assert errors and all(f"{inventory}: host" in e for e in errors)
     assert ">>>" not in deploy.stdout + deploy.stderr  # -vv echoes every command it runs
     assert "Traceback" not in deploy.stdout + deploy.stderr

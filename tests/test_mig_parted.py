@@ -75,8 +75,8 @@ def test_device_filter_by_pci_id_only_where_models_share_a_config(cluster):
     assert configs["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
     shared = configs["all-3g.40gb-2g.20gb-2x1g.10gb"]  # H100-80GB and A100-80GB
     assert [item["device-filter"] for item in shared] == [
-        ["0x233010DE", "0x233110DE"],
-        ["0x20B210DE", "0x20B510DE"],
+        ["0x233010DE", "0x233110DE", "0x232210DE", "0x232410DE"],  # H100 SXM/PCIe, H800 both
+        ["0x20B210DE", "0x20B510DE", "0x20F310DE", "0x20F510DE"],  # A100 SXM/PCIe 80GB, A800s
     ]
     assert all("device-filter" not in item for item in configs["all-3x1g.6gb-1g.6gb.me"])
 

@@ -87,7 +87,7 @@ def test_mixed_strategy_names_each_profile_and_keeps_mig_off_gpus_whole(tmp_path
         """
         mig = (["n1"], {"gpu_model": "A100-80GB", "gpu_count": 2,
                         "mig_layout": {"1g.10gb+me": 1, "3g.40gb": 1},
-                        "mig_layout_by_gpu": {1: {}}})
+                        "mig_layout_by_gpu": {1: None}})
     """,
     )
     host = plan.host("n1")

@@ -18,7 +18,8 @@ MIG_MODELS = [m for m in catalog.load().models.values() if m.mig_capable]
 @cache
 def achievable_layouts(alias: str) -> frozenset[tuple[tuple[str, int], ...]]:
     """Brute force, independent of the solver: every profile multiset some set of pairwise
-    non-overlapping catalog placements realises, within max counts and compute slices."""
+    non-overlapping catalog placements realises, within max counts, compute slices and the
+    model's media engines (one `+me` instance at a time)."""
     model = catalog.find_model(alias)
     candidates = [(p, start, size) for p in model.profiles for start, size in p.placements]
     found: set[tuple[tuple[str, int], ...]] = set()
@@ -31,6 +32,7 @@ def achievable_layouts(alias: str) -> frozenset[tuple[tuple[str, int], ...]]:
                 all(c <= by_name[n].max_instances for n, c in counts.items())
                 and sum(by_name[n].compute_slices * c for n, c in counts.items())
                 <= model.compute_slices
+                and sum(c for n, c in counts.items() if "+me" in n) <= model.media_engine_sets
             ):
                 found.add(tuple(sorted(counts.items())))
             return

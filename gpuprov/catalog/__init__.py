@@ -45,6 +45,7 @@ class GpuModel:
     profiles: tuple[MigProfile, ...] = ()
     memory_slots: int = 0
     compute_slices: int = 0
+    media_engine_sets: int = 0  # how many `+me` GPU instances may exist at once (gpus.yaml)
     sources: tuple[str, ...] = ()
     _by_name: dict[str, MigProfile] = field(default_factory=dict, compare=False, repr=False)
 
@@ -87,6 +88,7 @@ def _model(alias: str, raw: dict) -> GpuModel:
         profiles=profiles,
         memory_slots=raw.get("memory_slots", 0),
         compute_slices=raw.get("compute_slices", 0),
+        media_engine_sets=raw.get("media_engine_sets", 0),
         sources=tuple(raw.get("sources", [])),
         _by_name={p.name: p for p in profiles},
     )

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
 
 from gpuprov import catalog
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
-from gpuprov.contract import EXIT_BAD_INPUT, EXIT_DRIFT, EXIT_OK
-from gpuprov.errors import InputError, Problem
+from gpuprov.contract import EXIT_DRIFT, EXIT_OK
+from gpuprov.errors import InputError, Problem, shown
 from gpuprov.mig.solver import solve
+from gpuprov.variables import MIG_COUNT_MAX, VARIABLES
+
+# A count is 1 to 3 ASCII digits (str.isdigit and int() also take other scripts' digits).
+_COUNT = re.compile(r"[0-9]{1,3}")
 
 
 @click.group()
@@ -26,23 +31,33 @@ def _model(name: str) -> catalog.GpuModel:
 
 
 def _layout(items: tuple[str, ...]) -> dict[str, int]:
+    """PROFILE=COUNT arguments as a layout: ASCII decimal counts (not ``²`` or ``٣``, which
+    Python's ``int`` takes), each profile once, checked as the planner checks ``mig_layout``."""
     layout: dict[str, int] = {}
     problems = []
     for item in items:
         profile, sep, count = item.partition("=")
-        if not sep or not count.isdigit():
+        if not sep or not _COUNT.fullmatch(count):
             problems.append(
                 Problem(
                     "command line",
-                    f"{item!r} is not PROFILE=COUNT (count an integer >= 0)",
+                    f"{shown(item)} is not PROFILE=COUNT (COUNT in ASCII digits, 0 to "
+                    f"{MIG_COUNT_MAX})",
                     key="LAYOUT",
                 )
             )
-            continue
-        layout[profile] = layout.get(profile, 0) + int(count)
+        elif profile in layout:
+            problems.append(
+                Problem("command line", f"{shown(profile)} is given twice", key="LAYOUT")
+            )
+        else:
+            layout[profile] = int(count)
     if problems:
         raise InputError(problems)
-    return layout
+    try:
+        return VARIABLES["mig_layout"].check(layout)
+    except ValueError as e:
+        raise InputError([Problem("command line", str(e), key="LAYOUT")]) from None
 
 
 @mig.command()
@@ -54,6 +69,8 @@ def check(model: str, layout: tuple[str, ...], fmt: str) -> None:
     """Does LAYOUT (PROFILE=COUNT ...) fit MODEL? Exit 0 fits, 1 does not, 2 bad input."""
     gpu = _model(model)
     fit = solve(gpu, _layout(layout))
+    if fit.kind == "unknown-profile":
+        raise InputError([Problem("command line", fit.reason or "", key="LAYOUT")])
     if fmt == "json":
         emit_json(
             {
@@ -78,8 +95,6 @@ def check(model: str, layout: tuple[str, ...], fmt: str) -> None:
         )
     else:
         click.echo(f"does not fit {gpu.alias}: {fit.reason}")
-    if fit.kind == "unknown-profile":
-        sys.exit(EXIT_BAD_INPUT)
     sys.exit(EXIT_OK if fit.fits else EXIT_DRIFT)
 
 

@@ -20,10 +20,18 @@ limit_option = click.option(
 )
 
 
+strict_option = click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse keys that are not gpuprov's (by default they are another tool's and ignored).",
+)
+
+
 def load_plan(
-    inventory_path: str, limit: tuple[str, ...]
+    inventory_path: str, limit: tuple[str, ...], strict: bool = False
 ) -> tuple[inventory_.LoadedInventory, plan_.ClusterPlan]:
-    """Load and plan ``inventory_path``; ``limit`` patterns match host names or groups."""
+    """Load and plan ``inventory_path``; ``limit`` patterns match host names or groups;
+    ``strict`` makes every key outside gpuprov's registry an error."""
     loaded = inventory_.load(inventory_path)
     selected = None
     if limit:
@@ -36,17 +44,21 @@ def load_plan(
             raise InputError(
                 [Problem(inventory_path, f"--limit {' '.join(limit)} matches no host")]
             )
-    return loaded, plan_.build(loaded, selected)
+    return loaded, plan_.build(loaded, selected, strict=strict)
 
 
 @click.command()
 @click.argument("inventory", type=click.Path(dir_okay=False))
 @limit_option
+@strict_option
 @format_option
 @bad_input
-def plan(inventory: str, limit: tuple[str, ...], fmt: str) -> None:
-    """Show the plan for INVENTORY; exit 2 (touching nothing) if it is impossible."""
-    _, cluster = load_plan(inventory, limit)
+def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None:
+    """Show the plan for INVENTORY; exit 2 (touching nothing) if it is impossible.
+
+    Keys outside gpuprov's registry belong to other tools (Kubespray, Ansible roles) and are
+    ignored, unless they are a near miss of a gpuprov key; --strict lists each as an error."""
+    _, cluster = load_plan(inventory, limit, strict)
     if fmt == "json":
         emit_json(cluster.as_dict())
         return
@@ -85,7 +97,11 @@ def _layouts(host: plan_.HostPlan) -> dict[str, list[int]]:
     groups: dict[str, list[int]] = {}
     if host.mode == "mig":
         for gpu in host.gpus:
-            text = " ".join(f"{i.profile}@{i.start}" for i in gpu.instances) or "MIG off"
+            text = " ".join(f"{i.profile}@{i.start}" for i in gpu.instances)
+            if not gpu.mig_enabled:
+                text = "MIG off"
+            elif not text:
+                text = "MIG on, no instances"
             groups.setdefault(text, []).append(gpu.index)
     return groups
 

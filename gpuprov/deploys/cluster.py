@@ -15,11 +15,10 @@ import click
 from pyinfra.api import State
 
 from gpuprov.contract import EXIT_BAD_INPUT
-from gpuprov.errors import InputError, Problem
+from gpuprov.errors import InputError
 from gpuprov.inventory import LoadedInventory, from_pyinfra
 from gpuprov.plan import ClusterPlan, build
 
-_KEY_FILES = ("driver_repo_key", "container_toolkit_repo_key")
 # (state, plan) of the current run; the State itself is kept, so a later run never mistakes it.
 _cached: tuple[State, ClusterPlan] | None = None
 
@@ -55,7 +54,6 @@ def cluster_plan(state: State) -> ClusterPlan:
     inventory = loaded(state)
     try:
         plan = build(inventory)
-        _check_local_files(inventory, plan)
     except InputError as e:
         for problem in e.problems:
             click.echo(f"error: {problem}", err=True)
@@ -66,26 +64,3 @@ def cluster_plan(state: State) -> ClusterPlan:
         os._exit(EXIT_BAD_INPUT)
     _cached = (state, plan)
     return plan
-
-
-def _check_local_files(inventory: LoadedInventory, plan: ClusterPlan) -> None:
-    """Files the deploy reads on the controller (repository keys) must exist."""
-    problems = []
-    for host in plan.hosts:
-        for key in _KEY_FILES:
-            path = host.settings[key]
-            if path and not Path(path).expanduser().is_file():
-                source = inventory.source_of(
-                    next(h for h in inventory.hosts if h.name == host.name), key
-                )
-                problems.append(
-                    Problem(
-                        inventory.path,
-                        f"file not found: {path}",
-                        host=host.name,
-                        source=source,
-                        key=key,
-                    )
-                )
-    if problems:
-        raise InputError(problems)

@@ -11,6 +11,8 @@ add up to at most the model's total. The answer is deterministic, and cached per
 [('4g.40gb', 0, 4), ('3g.40gb', 4, 4)]
 >>> solve(find_model("A100-80GB"), {"3g.40gb": 1, "1g.20gb": 3}).kind
 'memory-slices'
+>>> solve(find_model("A30-24GB"), {"1g.6gb+me": 1, "2g.12gb+me": 1}).kind
+'media-engines'
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from functools import lru_cache
 from gpuprov.catalog import GpuModel, MigProfile
 from gpuprov.mig.instance import Instance
 
+# The profile-name attribute of instances that take the GPU's media engines (mig-parted naming).
+MEDIA_EXTENSION = "+me"
+
 
 @dataclass(frozen=True)
 class Fit:
@@ -31,7 +36,8 @@ class Fit:
     fits: bool
     instances: tuple[Instance, ...] = ()
     kind: str | None = (
-        None  # unknown-profile | max-instances | compute-slices | memory-slices | no-placement
+        None  # unknown-profile | max-instances | media-engines | compute-slices | memory-slices
+        # | no-placement
     )
     reason: str | None = None
 
@@ -60,6 +66,15 @@ def _solve(model: GpuModel, layout: tuple[tuple[str, int], ...]) -> Fit:
     if not model.mig_capable:
         return Fit(False, kind="unknown-profile", reason=f"{model.alias} does not support MIG")
 
+    # `+me` instances share the GPU's one set of media engines (catalog: media_engine_sets).
+    media = sum(c for p, c in profiles if MEDIA_EXTENSION in p.name)
+    if media > model.media_engine_sets:
+        return Fit(
+            False,
+            kind="media-engines",
+            reason=f"{media} +me instances, {model.alias} has media engines for "
+            f"{model.media_engine_sets} at a time",
+        )
     compute = sum(p.compute_slices * c for p, c in profiles)
     if compute > model.compute_slices:
         return Fit(

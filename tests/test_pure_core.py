@@ -1,0 +1,45 @@
+"""The pure core imports nothing of pyinfra, paramiko, gevent or pynvml (issue #9 item 4).
+
+Each module is imported in a fresh interpreter, so what another test imported cannot hide a
+dependency, and what the module pulls in transitively counts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+CORE = [
+    "gpuprov.catalog",
+    "gpuprov.contract",
+    "gpuprov.errors",
+    "gpuprov.inventory_data",
+    "gpuprov.mig.diff",
+    "gpuprov.mig.solver",
+    "gpuprov.plan",
+    "gpuprov.variables",
+]
+EDGE_ONLY = ["pyinfra", "paramiko", "gevent", "pynvml"]
+
+
+def loaded_after_import(module: str) -> list[str]:
+    code = (
+        f"import json, sys, {module}; "
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_module_loads_no_edge_library(module):
+    loaded = loaded_after_import(module)
+    assert [m for m in EDGE_ONLY if m in loaded] == []
+
+
+def test_the_inventory_edge_does_load_pyinfra():
+    # The check above can fail: the module that reads pyinfra inventories does load it.
+    assert "pyinfra" in loaded_after_import("gpuprov.inventory")
