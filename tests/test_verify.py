@@ -24,7 +24,7 @@ from gpuprov.facts.probe import AgentProbe
 from gpuprov.inventory import load
 from gpuprov.plan import build
 from gpuprov.sim import state as sim_state
-from gpuprov.verify import probe_command
+from gpuprov.compare import probe_command
 
 # mig-parted's all-balanced layout; on an A100-80GB the plan puts 2g@0, 1g@2, 1g@3, 3g@4.
 PLANNED_GIS = "14:0,19:2,19:3,9:4"
@@ -245,13 +245,12 @@ def test_missing_snapshot_is_a_finding_with_the_command_to_take_it(host, tmp_pat
     assert "agent.pyz" in finding["hint"] and "probe --file" in finding["hint"]
 
 
-def test_corrupt_snapshot_is_bad_input(host, tmp_path):
+def test_corrupt_snapshot_is_a_finding_for_that_host(host, tmp_path):
     (tmp_path / "@local.json").write_text("{not json")
-    result = CliRunner().invoke(
-        main, ["verify", str(host.inventory), "--snapshot-dir", str(tmp_path)]
-    )
-    assert result.exit_code == 2
-    assert "@local.json: not a probe JSON document" in result.stderr
+    [finding] = findings(host.inventory, "--snapshot-dir", str(tmp_path))
+    assert finding["check"] == "probe-document"
+    assert finding["expected"].endswith("@local.json")
+    assert finding["found"].startswith("not JSON")
 
 
 def test_unreachable_host_is_named_and_exits_1(host):
