@@ -19,12 +19,12 @@ from click.testing import CliRunner
 
 from gpuprov.agent.bundle import write_bundle
 from gpuprov.cli import main
+from gpuprov.compare import probe_command
 from gpuprov.contract import SIM_ENV
 from gpuprov.facts.probe import AgentProbe
 from gpuprov.inventory import load
 from gpuprov.plan import build
 from gpuprov.sim import state as sim_state
-from gpuprov.compare import probe_command
 
 # mig-parted's all-balanced layout; on an A100-80GB the plan puts 2g@0, 1g@2, 1g@3, 3g@4.
 PLANNED_GIS = "14:0,19:2,19:3,9:4"
