@@ -10,13 +10,12 @@ import sys
 import textwrap
 
 import pytest
+from plans import plan_for
 
 from gpuprov.cli.verify import hosts_summary, verify_report
 from gpuprov.compare import compare, wanted_files
 from gpuprov.contract import MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
 from gpuprov.findings import Finding
-from gpuprov.inventory import load
-from gpuprov.plan import build
 from gpuprov.sim import state as sim_state
 from gpuprov.verify import unreachable
 
@@ -30,22 +29,6 @@ DOCKER = "/etc/docker/daemon.json"
 
 # mig-parted's all-balanced shape; on an A100-80GB the plan puts 2g@0, 1g@2, 1g@3, 3g@4.
 BALANCED = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
-
-
-def plan_for(tmp_path, mode: str, **data):
-    data = {
-        "gpu_model": "A100-80GB",
-        "gpu_count": 2,
-        "driver_version": "550.127.05",
-        "kubelet_config_dir": KUBELET_DIR,
-        **data,
-    }
-    # A fresh directory per inventory: pyinfra caches an inventory module by its path.
-    directory = tmp_path / f"inventory-{len(list(tmp_path.iterdir()))}"
-    directory.mkdir()
-    path = directory / "inv.py"
-    path.write_text(f"{mode} = [('n1', {data!r})]\n")
-    return build(load(str(path))).host("n1")
 
 
 def gi(
