@@ -154,3 +154,9 @@ def test_a_kubelet_file_the_kubelet_cannot_read_is_a_finding(tmp_path, text, whi
     files[path] = text
     findings = kubelet.check(plan, files)
     assert any(path in f.expected for f in findings), findings
+
+
+def test_a_missing_drop_in_is_a_finding_even_when_max_pods_matches_by_default(tmp_path):
+    plan = plan_for(tmp_path, "whole_card", kubelet_config_dir=DROP_INS)  # maxPods 110
+    [finding] = kubelet.check(plan, {MAIN: None})
+    assert (finding.check, finding.found) == ("kubelet-drop-in", "missing")

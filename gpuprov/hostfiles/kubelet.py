@@ -112,6 +112,8 @@ def check(plan: HostPlan, files: Mapping[str, str | None]) -> list[Finding]:
     origin = "kubelet default"
     for path in sources:
         present, doc = report.read(files, "yaml", path, CHECK)
+        if present and path == ours and directory and (doc is None or isinstance(doc, Mapping)):
+            _typed(report, path, doc or {})  # an empty drop-in is not a KubeletConfiguration either
         if not present or doc is None:
             continue
         if not isinstance(doc, Mapping):
@@ -122,12 +124,14 @@ def check(plan: HostPlan, files: Mapping[str, str | None]) -> list[Finding]:
                 f"fix or remove {path}, then run the deploy",
             )
             continue
-        if path == ours and directory:
-            _typed(report, path, doc)
         if "maxPods" in doc:
             value, origin = doc["maxPods"], path
     want = plan.kubelet_max_pods
     if value == want and type(value) is int:
+        if directory and files.get(ours) is None:
+            # Same maxPods by chance (the kubelet's default); the deploy would still write the
+            # drop-in and restart the kubelet, so verify does not say "ok".
+            report.add(DROP_IN_CHECK, f"gpuprov's drop-in {ours}", "missing", "run the deploy")
         return report.findings
     hint = "run the deploy (then the kubelet restarts)"
     if origin not in (ours, main, "kubelet default") and files.get(ours) is not None:
