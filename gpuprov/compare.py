@@ -38,7 +38,7 @@ from gpuprov.hostfiles.documents import ParseError, deep_merge, dig, one_line, p
 from gpuprov.plan import HostPlan
 from gpuprov.probe_document import missing_files, read
 
-FileCheck = Callable[[HostPlan, Mapping[str, "str | None"]], list[Finding]]
+FileCheck = Callable[[HostPlan, Mapping[str, str | None]], list[Finding]]
 
 
 def _runtime_paths(plan: HostPlan) -> Wanted:

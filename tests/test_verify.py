@@ -276,3 +276,15 @@ def test_agent_that_prints_no_json_is_an_agent_finding(host):
     host.agent.write_text("print('hello from the wrong file')\n")
     [finding] = findings(host.inventory)
     assert finding["check"] == "agent" and finding["found"].startswith("no probe document")
+
+
+def test_malformed_files_on_the_host_are_findings_not_a_crash(host):
+    host.device_plugin.write_text(
+        "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing: [1]\n"
+    )
+    host.containerd.write_text("version = [2]\n")
+    found = findings(host.inventory)
+    assert ("device-plugin", "sharing.timeSlicing: a list, not a mapping") in [
+        (f["check"], f["found"]) for f in found
+    ]
+    assert {f["check"] for f in found} <= {"device-plugin", "container-runtime", "check-failed"}
