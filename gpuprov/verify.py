@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,7 @@ def snapshot_name(host: str) -> str | None:
 
 def _snapshot_findings(directory: str, plan: HostPlan) -> list[Finding]:
     take = (
-        f"on the host run `{probe_command(plan)} > {plan.name}{SNAPSHOT_SUFFIX}` "
+        f"on the host run `{probe_command(plan)} > {shlex.quote(plan.name + SNAPSHOT_SUFFIX)}` "
         f"and copy it to {directory}"
     )
     name = snapshot_name(plan.name)
