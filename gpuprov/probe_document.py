@@ -30,7 +30,9 @@ MAX_GPU_INSTANCES = 64  # MIG allows at most 7 GIs per GPU today
 MAX_SHOWN_PROBLEMS = 5  # per host; the rest is counted
 
 _TOP = {"schema", "nvml", "gpus"}
-_TOP_OPTIONAL = {"error", "driver_version", "nvml_version", "files"}
+# ``containerd``: what containerd says about its effective config, on containerd hosts; its
+# content is the container runtime check's to validate.
+_TOP_OPTIONAL = {"error", "driver_version", "nvml_version", "files", "containerd"}
 _GPU = ("index", "uuid", "name", "memory_total_mib", "pci_bus_id", "mig", "gpu_instances")
 _GI = ("id", "profile_id", "profile", "start", "size", "compute_instances")
 _CI = ("id", "profile_id", "slice_count")
@@ -41,13 +43,16 @@ class ProbeDocument:
     """A probe document that passed the schema check.
 
     ``gpus`` keep the probe's own shape (``gpuprov.mig.diff`` reads them as the agent does);
-    ``files`` is None when the probe was not asked for any."""
+    ``files`` is None when the probe was not asked for any; a file's entry is its text, None
+    when it does not exist, or ``{"error": why}`` when the probe would not read it (too large,
+    not a regular file), which the file's check reports."""
 
     nvml: str
     error: str | None
     driver_version: str | None
     gpus: tuple[Mapping[str, Any], ...]
-    files: Mapping[str, str | None] | None
+    files: Mapping[str, str | Mapping[str, str] | None] | None
+    containerd: Mapping[str, Any] | None = None
 
 
 def read(
@@ -100,6 +105,7 @@ def read(
         driver_version=document.get("driver_version"),
         gpus=tuple(document["gpus"]),
         files=document.get("files"),
+        containerd=document.get("containerd"),
     ), []
 
 
@@ -207,6 +213,9 @@ class _Schema:
             self.gpus(doc["gpus"])
         if "files" in doc:
             self.files(doc["files"])
+        containerd = doc.get("containerd")
+        if containerd is not None and not isinstance(containerd, Mapping):
+            self.fail("containerd", f"{kind(containerd)}, not a JSON object")
 
     def gpus(self, gpus: list) -> None:
         indices: dict[int, int] = {}
@@ -282,5 +291,10 @@ class _Schema:
             self.fail("files", f"{kind(files)}, not a JSON object")
             return
         for path, text in files.items():
+            unread = isinstance(text, Mapping) and set(text) == {"error"}
+            if unread and isinstance(text["error"], str):
+                continue
             if not isinstance(text, str) and text is not None:
-                self.fail(f"files[{shown(path)}]", f"{kind(text)}, not a file's text or null")
+                self.fail(
+                    f"files[{shown(path)}]", f"{kind(text)}, not a file's text, null or an error"
+                )

@@ -81,7 +81,12 @@ def good() -> dict:
         "driver_version": "550.127.05",
         "nvml_version": "12.550.127.05",
         "gpus": [gpu, second],
-        "files": {"/etc/x.yaml": "a: 1\n", "/etc/missing": None},
+        "files": {
+            "/etc/x.yaml": "a: 1\n",
+            "/etc/missing": None,
+            "/etc/huge.toml": {"error": "larger than 1 MiB"},
+        },
+        "containerd": {"version": {"release": "2.0.0"}},
     }
 
 
@@ -170,8 +175,13 @@ CASES = {
     ),
     "a file is a number": (
         lambda d: d["files"].update({"/etc/x.yaml": 1}),
-        'files["/etc/x.yaml"]: an integer, not a file\'s text or null',
+        'files["/etc/x.yaml"]: an integer, not a file\'s text, null or an error',
     ),
+    "a file error is not a string": (
+        lambda d: d["files"].update({"/etc/x.yaml": {"error": 5}}),
+        'files["/etc/x.yaml"]: a mapping, not a file\'s text',
+    ),
+    "containerd is a list": (lambda d: d.update(containerd=[]), "containerd: a list, not"),
     "too many GPUs": (lambda d: d.update(gpus=[{}] * 1025), "gpus: 1025 entries, more than 1024"),
 }
 

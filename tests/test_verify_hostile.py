@@ -208,3 +208,19 @@ def test_control_characters_from_a_host_cannot_forge_report_lines():
     summary = hosts_summary(results)
     assert "\n" not in summary and "h1\\nerror" in summary
     assert verify_report(results)["hosts"][0]["name"] == forged  # JSON escapes it itself
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc/nvidia/device-plugin/config.yaml",
+        "/etc/kubernetes/kubelet.conf.d/50-gpuprov.conf",
+        "/var/lib/kubelet/config.yaml",
+    ],
+)
+def test_a_file_the_probe_would_not_read_is_a_finding_naming_why(fleet, path):
+    document = fleet.probe("h2")
+    document["files"][path] = {"error": "larger than 1 MiB"}
+    fleet.save("h2", document)
+    found = only_h2_drifts(fleet, "device-plugin", "kubelet-max-pods")
+    assert "not read by the probe: larger than 1 MiB" in [f["found"] for f in found]

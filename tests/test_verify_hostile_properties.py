@@ -167,8 +167,13 @@ def wrong_file_entry(doc, draw, plan):
     if draw(st.booleans()):
         del doc["files"][path]  # a file the plan needs was not read
     else:
-        doc["files"][path] = draw(not_a(str, type(None)))
+        # {"error": why} is the probe's own marker for a file it would not read: not malformed.
+        doc["files"][path] = draw(not_a(str, type(None)).filter(lambda v: not _unread(v)))
     return doc
+
+
+def _unread(value) -> bool:
+    return isinstance(value, dict) and set(value) == {"error"} and isinstance(value["error"], str)
 
 
 def ours(plan) -> list[str]:
