@@ -28,6 +28,10 @@ CHECK = "probe-document"
 MAX_GPUS = 1024  # far above any host; bounds the work one document can ask for
 MAX_GPU_INSTANCES = 64  # MIG allows at most 7 GIs per GPU today
 MAX_SHOWN_PROBLEMS = 5  # per host; the rest is counted
+# NVML's longest strings: a device name or UUID (NVML_DEVICE_NAME_V2_BUFFER_SIZE,
+# NVML_DEVICE_UUID_V2_BUFFER_SIZE: 96), the driver version (NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE:
+# 80), in nvml.h.
+MAX_NVML_STRING = 96
 
 _TOP = {"schema", "nvml", "gpus"}
 # ``containerd``: what containerd says about its effective config, on containerd hosts; its
@@ -176,11 +180,21 @@ class _Schema:
             return False
         return True
 
-    def string(self, where: str, value: Any, optional: bool = False, empty: bool = True) -> bool:
+    def string(
+        self,
+        where: str,
+        value: Any,
+        optional: bool = False,
+        empty: bool = True,
+        longest: int | None = MAX_NVML_STRING,
+    ) -> bool:
         if value is None and optional:
             return True
         if not isinstance(value, str) or (not empty and not value):
             self.fail(where, f"{shown(value)} is not a{'' if empty else ' non-empty'} string")
+            return False
+        if longest is not None and len(value) > longest:
+            self.fail(where, f"{len(value)} characters, more than NVML's {longest}")
             return False
         return True
 
@@ -205,7 +219,8 @@ class _Schema:
         nvml = doc.get("nvml")
         if nvml not in PROBE_NVML_STATES:
             self.fail("nvml", f"{shown(nvml)} is not one of {', '.join(PROBE_NVML_STATES)}")
-        for key in ("error", "driver_version", "nvml_version"):
+        self.string("error", doc.get("error"), optional=True, longest=None)
+        for key in ("driver_version", "nvml_version"):
             self.string(key, doc.get(key), optional=True)
         if "gpus" in doc and self.listed("gpus", doc["gpus"], MAX_GPUS):
             if doc["gpus"] and nvml != PROBE_NVML_OK:

@@ -159,6 +159,10 @@ CASES = {
         "gpus[0].gpu_instances[0].compute_instances[0]: an integer, not a JSON object",
     ),
     "unknown GPU key": (lambda d: d["gpus"][0].update(serial="x"), 'gpus[0]: unknown key "serial"'),
+    "name longer than NVML's": (
+        lambda d: d["gpus"][0].update(name="A" * 97),
+        "gpus[0].name: 97 characters, more than NVML's 96",
+    ),
     "gpus is an object": (lambda d: d.update(gpus={}), "gpus: a mapping, not a list"),
     "gpus without NVML": (
         lambda d: d.update(nvml="driver-not-loaded"),

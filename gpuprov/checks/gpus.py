@@ -58,7 +58,7 @@ def _nvml_ok(report: Report, plan: HostPlan, probe: ProbeDocument) -> bool:
         "after the driver install",
         "no-permission": "connect as root (or give the SSH user access to /dev/nvidia*)",
     }
-    found = state if not probe.error else f"{state}: {one_line(probe.error)}"
+    found = state if not probe.error else f"{state}: {one_line(probe.error)[:200]}"
     report.add(
         "nvml", "ok", found, hints.get(state, "run nvidia-smi on the host to see why NVML fails")
     )
