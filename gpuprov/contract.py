@@ -22,6 +22,18 @@ PROBE_SCHEMA = "gpuprov.probe/v1"
 VERIFY_SCHEMA = "gpuprov.verify/v1"
 MIG_LAYOUT_SCHEMA = "gpuprov.mig-layout/v1"
 SIM_SCHEMA = "gpuprov.sim/v1"  # the simulated driver's state file (lab and tests)
+# The probe document's ``nvml`` field: "ok", why NVML could not start, or no agent to ask.
+PROBE_NVML_OK = "ok"
+PROBE_AGENT_MISSING = "agent-missing"
+PROBE_NVML_STATES = (
+    PROBE_NVML_OK,
+    "library-not-found",
+    "driver-not-loaded",
+    "no-permission",
+    "error",
+    PROBE_AGENT_MISSING,
+)
+SNAPSHOT_SUFFIX = ".json"  # `gpuprov verify --snapshot-dir DIR` reads DIR/<host>.json
 
 # --- Exit codes ------------------------------------------------------------------------------------
 # CLI: 0 everything matches, 1 drift / unreachable / does not fit, 2 a user's mistake.
@@ -82,6 +94,11 @@ CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1
 KUBELET_DEFAULT_MAX_PODS = 110
 KUBELET_CONFIG_PATH = "/var/lib/kubelet/config.yaml"
 KUBELET_DROP_IN = "50-gpuprov.conf"  # drop-ins must end in .conf, applied in sorted order
+# Every drop-in must be a whole typed document, or the kubelet refuses to start
+# (https://github.com/kubernetes/kubernetes/issues/124796).
+KUBELET_CONFIG_API_VERSION = "kubelet.config.k8s.io/v1beta1"
+KUBELET_CONFIG_KIND = "KubeletConfiguration"
+KUBELET_UNIT = "kubelet.service"
 
 # --- Device plugin --------------------------------------------------------------------------------
 DEVICE_PLUGIN_CONFIG_PATH = "/etc/nvidia/device-plugin/config.yaml"

@@ -6,13 +6,14 @@ pyinfra's gevent pool at once.
 
 >>> loaded, cluster = load_plan("inventories/example.py", ())              # doctest: +SKIP
 >>> results = verify_live("inventories/example.py", cluster.hosts)  # doctest: +SKIP
->>> {name: host_status(findings) for name, findings in results.items()}   # doctest: +SKIP
-{'gpu-a100-01': 'ok', ...}
+>>> {name: len(findings) for name, findings in results.items()}   # doctest: +SKIP
+{'gpu-a100-01': 0, ...}
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,8 +28,8 @@ from pyinfra.api.host import Host
 from pyinfra.context import ctx_host, ctx_state
 
 from gpuprov import inventory as inventory_
-from gpuprov.compare import compare, unreachable, wanted_files
-from gpuprov.errors import InputError, Problem
+from gpuprov.compare import compare, probe_command, wanted_files
+from gpuprov.contract import SNAPSHOT_SUFFIX
 from gpuprov.facts.probe import AgentProbe
 from gpuprov.findings import Finding
 from gpuprov.plan import HostPlan
@@ -36,26 +37,25 @@ from gpuprov.plan import HostPlan
 Results = dict[str, list[Finding]]
 
 
+# A snapshot larger than this is not a probe's output (a probe of 16 GPUs with its files is
+# tens of KiB); reading it whole would only spend memory.
+MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+
+
+def unreachable(host: str, reason: str, hint: str) -> Finding:
+    """The finding for a host whose state could not be read at all."""
+    return Finding(host, None, "unreachable", "reachable", reason, hint)
+
+
 def fact_arguments(plan: HostPlan) -> dict[str, Any]:
     """The ``AgentProbe`` arguments for one host: its agent, interpreter and wanted files."""
-    files, globs = wanted_files(plan)
+    wanted = wanted_files(plan)
     return {
         "agent_path": plan.settings["gpuprov_agent_path"],
         "python": plan.settings["gpuprov_python"],
-        "files": files,
-        "globs": globs,
+        "files": list(wanted.files),
+        "globs": list(wanted.globs),
     }
-
-
-def probe_command(plan: HostPlan) -> str:
-    """The shell command that prints this host's probe document (for a snapshot)."""
-    args = fact_arguments(plan)
-    words = [args["python"], args["agent_path"], "probe"]
-    for path in args["files"]:
-        words += ["--file", path]
-    for pattern in args["globs"]:
-        words += ["--glob", pattern]
-    return shlex.join(words)
 
 
 class _ConnectErrors(BaseStateCallback):
@@ -121,31 +121,74 @@ def _gather(state: State, hosts: list[tuple[Host, HostPlan]]) -> dict[str, dict[
 def verify_snapshots(directory: str, plans: Sequence[HostPlan]) -> Results:
     """Compare each host with its saved probe output ``DIR/<host>.json`` (air-gapped sites).
 
-    A missing snapshot is a finding; one that is not a probe JSON document is bad input.
+    Every host gets its own result: a missing, unreadable or malformed snapshot is a finding for
+    that host, and the others are still compared. A host whose name cannot be a file name inside
+    ``DIR`` (``../x``, ``/abs``, too long) is a finding too: nothing outside ``DIR`` is read.
     """
-    results: Results = {}
-    problems = []
-    for plan in plans:
-        path = Path(directory) / f"{plan.name}.json"
+    return {plan.name: _snapshot_findings(directory, plan) for plan in plans}
+
+
+def snapshot_name(host: str) -> str | None:
+    """The snapshot file name of ``host``, or None when the name cannot be one file in a
+    directory.
+
+    >>> snapshot_name("gpu-1"), snapshot_name("../x"), snapshot_name("a" * 300)
+    ('gpu-1.json', None, None)
+    """
+    name = host + SNAPSHOT_SUFFIX
+    if (
+        not host
+        or host in (".", "..")
+        or "/" in host
+        or "\0" in host
+        or len(os.fsencode(name)) > 255  # NAME_MAX of Linux file systems
+    ):
+        return None
+    return name
+
+
+def _snapshot_findings(directory: str, plan: HostPlan) -> list[Finding]:
+    take = (
+        f"on the host run `{probe_command(plan)} > {shlex.quote(plan.name + SNAPSHOT_SUFFIX)}` "
+        f"and copy it to {directory}"
+    )
+    name = snapshot_name(plan.name)
+    if name is None:
+        return [
+            Finding(
+                plan.name,
+                None,
+                "snapshot",
+                f"a snapshot file in {directory}",
+                "the host name cannot be a file name there (empty, '/', '..' or too long)",
+                "verify this host live (without --snapshot-dir), or rename it in the inventory",
+            )
+        ]
+    path = Path(directory) / name
+    try:
         if not path.is_file():
-            results[plan.name] = [
-                unreachable(
-                    plan.name,
-                    f"no snapshot {path}",
-                    f"on the host run `{probe_command(plan)} > {plan.name}.json` and copy it to "
-                    f"{directory}",
-                )
-            ]
-            continue
+            return [unreachable(plan.name, f"no snapshot {path}", take)]
+        with path.open("rb") as f:
+            data = f.read(MAX_SNAPSHOT_BYTES + 1)
+    except OSError as e:
+        return [unreachable(plan.name, f"cannot read {path}: {e.strerror or e}", take)]
+    problem = None
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        problem = f"larger than {MAX_SNAPSHOT_BYTES // 2**20} MiB"
+    else:
         try:
-            document = json.loads(path.read_text())
-        except (ValueError, UnicodeDecodeError) as e:
-            problems.append(Problem(str(path), f"not a probe JSON document: {e}"))
-            continue
-        if not isinstance(document, dict):
-            problems.append(Problem(str(path), "not a probe JSON document: not an object"))
-            continue
-        results[plan.name] = compare(plan, document)
-    if problems:
-        raise InputError(problems)
-    return results
+            return compare(plan, json.loads(data.decode("utf-8")))
+        except UnicodeDecodeError as e:
+            problem = f"not UTF-8 ({e.reason} at byte {e.start})"
+        except (ValueError, RecursionError) as e:
+            problem = f"not JSON ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    return [
+        Finding(
+            plan.name,
+            None,
+            "probe-document",
+            f"a probe JSON document in {path}",
+            problem,
+            f"take the snapshot again: {take}",
+        )
+    ]

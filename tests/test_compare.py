@@ -10,19 +10,14 @@ import sys
 import textwrap
 
 import pytest
+from plans import plan_for
 
-from gpuprov.compare import (
-    compare,
-    hosts_summary,
-    unreachable,
-    verify_report,
-    wanted_files,
-)
+from gpuprov.cli.verify import hosts_summary, verify_report
+from gpuprov.compare import compare, wanted_files
 from gpuprov.contract import MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
 from gpuprov.findings import Finding
-from gpuprov.inventory import load
-from gpuprov.plan import build
 from gpuprov.sim import state as sim_state
+from gpuprov.verify import unreachable
 
 A100 = "NVIDIA A100-SXM4-80GB"
 DEVICE_PLUGIN = "/etc/nvidia/device-plugin/config.yaml"
@@ -34,22 +29,6 @@ DOCKER = "/etc/docker/daemon.json"
 
 # mig-parted's all-balanced shape; on an A100-80GB the plan puts 2g@0, 1g@2, 1g@3, 3g@4.
 BALANCED = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
-
-
-def plan_for(tmp_path, mode: str, **data):
-    data = {
-        "gpu_model": "A100-80GB",
-        "gpu_count": 2,
-        "driver_version": "550.127.05",
-        "kubelet_config_dir": KUBELET_DIR,
-        **data,
-    }
-    # A fresh directory per inventory: pyinfra caches an inventory module by its path.
-    directory = tmp_path / f"inventory-{len(list(tmp_path.iterdir()))}"
-    directory.mkdir()
-    path = directory / "inv.py"
-    path.write_text(f"{mode} = [('n1', {data!r})]\n")
-    return build(load(str(path))).host("n1")
 
 
 def gi(
@@ -620,11 +599,11 @@ def test_nvml_failure_is_a_finding_and_files_are_still_checked(whole, state, hin
 
 def test_wanted_files_follow_the_plan_paths(shared, tmp_path):
     plan, observed = shared
-    files, globs = wanted_files(plan)
+    wanted = wanted_files(plan)
     assert set(observed["files"]) - {CONTAINERD_DROP_IN, f"{KUBELET_DIR}/50-gpuprov.conf"} == set(
-        files
+        wanted.files
     )
-    assert globs == [f"{KUBELET_DIR}/*.conf", "/etc/containerd/conf.d/*.toml"]
+    assert wanted.globs == (f"{KUBELET_DIR}/*.conf", "/etc/containerd/conf.d/*.toml")
     docker_plan = plan_for(
         tmp_path,
         "whole_card",
@@ -632,8 +611,8 @@ def test_wanted_files_follow_the_plan_paths(shared, tmp_path):
         kubelet_config_dir=None,
         containerd_config_path="/x/config.toml",
     )
-    files, globs = wanted_files(docker_plan)
-    assert DOCKER in files and globs == []
+    wanted = wanted_files(docker_plan)
+    assert DOCKER in wanted.files and wanted.globs == ()
 
 
 def test_report_statuses_and_summary(shared):
@@ -699,9 +678,9 @@ def generated(tmp_path, mode: str, **data):
         smi(state, "mig", "-i", "0,1", "-cgi", "14:0,19:2,19:3,9:4", "-C")
 
     def observe() -> dict:
-        files, globs = wanted_files(plan)
-        argv = [a for path in files for a in ("--file", path)]
-        argv += [a for pattern in globs for a in ("--glob", pattern)]
+        wanted = wanted_files(plan)
+        argv = [a for path in wanted.files for a in ("--file", path)]
+        argv += [a for pattern in wanted.globs for a in ("--glob", pattern)]
         out = subprocess.run(
             [sys.executable, "-m", "gpuprov.probe", *argv],
             check=True,

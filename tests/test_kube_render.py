@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from upstream import upstream_binary
 
 from gpuprov.cli import main
-from gpuprov.deploys.device_plugin import config_text
+from gpuprov.hostfiles import device_plugin as host_file
 from gpuprov.inventory import load
 from gpuprov.kube.device_plugin import host_config
 from gpuprov.kube.manifests import render
@@ -91,7 +91,7 @@ def test_one_named_config_per_kind_of_host_and_a_label_per_node(cluster):
 
 def test_the_configmap_holds_what_the_host_file_holds(cluster):
     for host in cluster.hosts:
-        text = config_text(host)
+        text = host_file.render(host)
         if text is None:  # whole cards: no host file, the plugin's defaults
             assert host_config(host) == {"version": "v1", "flags": {"migStrategy": "none"}}
         else:

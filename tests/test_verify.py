@@ -19,12 +19,12 @@ from click.testing import CliRunner
 
 from gpuprov.agent.bundle import write_bundle
 from gpuprov.cli import main
+from gpuprov.compare import probe_command
 from gpuprov.contract import SIM_ENV
 from gpuprov.facts.probe import AgentProbe
 from gpuprov.inventory import load
 from gpuprov.plan import build
 from gpuprov.sim import state as sim_state
-from gpuprov.verify import probe_command
 
 # mig-parted's all-balanced layout; on an A100-80GB the plan puts 2g@0, 1g@2, 1g@3, 3g@4.
 PLANNED_GIS = "14:0,19:2,19:3,9:4"
@@ -245,13 +245,12 @@ def test_missing_snapshot_is_a_finding_with_the_command_to_take_it(host, tmp_pat
     assert "agent.pyz" in finding["hint"] and "probe --file" in finding["hint"]
 
 
-def test_corrupt_snapshot_is_bad_input(host, tmp_path):
+def test_corrupt_snapshot_is_a_finding_for_that_host(host, tmp_path):
     (tmp_path / "@local.json").write_text("{not json")
-    result = CliRunner().invoke(
-        main, ["verify", str(host.inventory), "--snapshot-dir", str(tmp_path)]
-    )
-    assert result.exit_code == 2
-    assert "@local.json: not a probe JSON document" in result.stderr
+    [finding] = findings(host.inventory, "--snapshot-dir", str(tmp_path))
+    assert finding["check"] == "probe-document"
+    assert finding["expected"].endswith("@local.json")
+    assert finding["found"].startswith("not JSON")
 
 
 def test_unreachable_host_is_named_and_exits_1(host):
@@ -277,3 +276,15 @@ def test_agent_that_prints_no_json_is_an_agent_finding(host):
     host.agent.write_text("print('hello from the wrong file')\n")
     [finding] = findings(host.inventory)
     assert finding["check"] == "agent" and finding["found"].startswith("no probe document")
+
+
+def test_malformed_files_on_the_host_are_findings_not_a_crash(host):
+    host.device_plugin.write_text(
+        "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing: [1]\n"
+    )
+    host.containerd.write_text("version = [2]\n")
+    found = findings(host.inventory)
+    assert ("device-plugin", "sharing.timeSlicing: a list, not a mapping") in [
+        (f["check"], f["found"]) for f in found
+    ]
+    assert {f["check"] for f in found} <= {"device-plugin", "container-runtime", "check-failed"}

@@ -1,22 +1,33 @@
-"""`gpuprov verify INVENTORY`: does every host match its plan? Exit 0 yes, 1 no, 2 bad input."""
+"""`gpuprov verify INVENTORY`: does every host match its plan? Exit 0 yes, 1 no, 2 bad input.
+
+The report is formatted here: a table (or ``--format json``, schema ``gpuprov.verify/v1``) of
+every finding, then one summary line. Text from hosts is printed with control characters
+escaped, so a host name or file value cannot forge a line of the report.
+
+>>> hosts_summary({"a": [], "b": [Finding("b", None, "unreachable", "reachable", "timeout", "")]})
+'2 hosts: 1 ok, 0 drift, 1 unreachable (b)'
+"""
 
 from __future__ import annotations
 
 import sys
 import textwrap
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import click
 
 from gpuprov import verify as verify_
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
 from gpuprov.cli.plan import limit_option, load_plan
-from gpuprov.compare import hosts_summary, verify_report
-from gpuprov.contract import EXIT_DRIFT, EXIT_OK
+from gpuprov.contract import EXIT_DRIFT, EXIT_OK, VERIFY_SCHEMA
 from gpuprov.findings import Finding
+from gpuprov.hostfiles.documents import one_line
 from gpuprov.kube.cluster_check import ClusterCheck
 
 # Column widths that keep the six-column table within 100 characters.
 _WIDTHS = {"host": 14, "gpu": 3, "check": 17, "expected": 19, "found": 19, "hint": 17}
+_STATUSES = ("ok", "drift", "unreachable")
 
 
 @click.command()
@@ -64,6 +75,40 @@ def verify(
     sys.exit(EXIT_OK if report["ok"] else EXIT_DRIFT)
 
 
+def host_status(findings: Iterable[Finding]) -> str:
+    """``ok``, ``drift`` or ``unreachable`` for one host's findings."""
+    findings = list(findings)
+    if any(f.check == "unreachable" for f in findings):
+        return "unreachable"
+    return "drift" if findings else "ok"
+
+
+def verify_report(results: Mapping[str, list[Finding]]) -> dict[str, Any]:
+    """The ``gpuprov verify --format json`` document for ``{host: findings}``.
+
+    >>> verify_report({"gpu-1": []})
+    {'schema': 'gpuprov.verify/v1', 'hosts': [{'name': 'gpu-1', 'status': 'ok', 'findings': []}], 'ok': True}
+    """
+    hosts = [
+        {"name": name, "status": host_status(findings), "findings": [f.as_dict() for f in findings]}
+        for name, findings in results.items()
+    ]
+    return {"schema": VERIFY_SCHEMA, "hosts": hosts, "ok": all(h["status"] == "ok" for h in hosts)}
+
+
+def hosts_summary(results: Mapping[str, list[Finding]]) -> str:
+    """One line saying how many hosts are in each state, naming those that are not ok."""
+    by_status: dict[str, list[str]] = {status: [] for status in _STATUSES}
+    for name, findings in results.items():
+        by_status[host_status(findings)].append(one_line(name))
+    parts = []
+    for status, names in by_status.items():
+        named = f" ({', '.join(names)})" if names and status != "ok" else ""
+        parts.append(f"{len(names)} {status}{named}")
+    count = len(results)
+    return f"{count} host{'s' if count != 1 else ''}: {', '.join(parts)}"
+
+
 def _row(finding: Finding) -> list[str]:
     cells = {
         "host": finding.host,
@@ -74,6 +119,6 @@ def _row(finding: Finding) -> list[str]:
         "hint": finding.hint,
     }
     return [
-        textwrap.fill(cells[column], width, break_on_hyphens=False)
+        textwrap.fill(one_line(cells[column]), width, break_on_hyphens=False)
         for column, width in _WIDTHS.items()
     ]

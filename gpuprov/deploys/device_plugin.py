@@ -1,27 +1,14 @@
 """The NVIDIA device plugin's config: time-slicing on ``shared`` hosts, the MIG strategy on
-``mig`` hosts, none on ``whole_card`` hosts; the plugin re-reads it only when it changed."""
+``mig`` hosts, none on ``whole_card`` hosts; the plugin re-reads it only when it changed.
+The text comes from ``gpuprov.hostfiles.device_plugin``, the model verify checks against."""
 
 from __future__ import annotations
 
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from gpuprov.deploys.render import render
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
-from gpuprov.plan import HostPlan
-
-
-def config_text(plan: HostPlan) -> str | None:
-    """The config file for the plan's mode; None when the host should have none."""
-    if plan.mode == "whole_card":
-        return None
-    return render(
-        "device-plugin-config.yaml.j2",
-        host=plan.name,
-        mode=plan.mode,
-        mig_strategy=plan.mig_strategy or "none",
-        time_slicing=plan.time_slicing,
-    )
+from gpuprov.hostfiles import device_plugin as config
 
 
 def watch(settings: dict) -> Watch:
@@ -31,7 +18,7 @@ def watch(settings: dict) -> Watch:
 @deploy("Device plugin config")
 def device_plugin(view: HostView) -> None:
     path = view.settings["device_plugin_config_path"]
-    text = config_text(view.plan)
+    text = config.render(view.plan)
     what = {
         "shared": f"time-slicing x{view.plan.time_slicing.replicas}"
         if view.plan.time_slicing

@@ -23,5 +23,5 @@ def _environment() -> jinja2.Environment:
 
 
 def render(template: str, **data: Any) -> str:
-    """``render("50-gpuprov.conf.j2", max_pods=142, ...)`` -> the file's text."""
+    """``render("gpuprov-mig.service.j2", layout=..., ...)`` -> the file's text."""
     return _environment().get_template(template).render(**data)

@@ -32,7 +32,11 @@ class ParseError(ValueError):
 
 def parse(kind: str, text: str) -> Any:
     """``text`` parsed as ``kind`` (``yaml``, ``toml`` or ``json``); ParseError with the first
-    line of the parser's message otherwise."""
+    line of the parser's message otherwise. The probe puts ``{"error": why}`` in place of a file
+    it would not read (too large, not a regular file): that is a ParseError saying why."""
+    if not isinstance(text, str):
+        why = text.get("error") if isinstance(text, Mapping) else type(text).__name__
+        raise ParseError(f"not read by the probe: {why}")
     try:
         if kind == "yaml":
             return yaml.safe_load(text)
@@ -101,3 +105,38 @@ class Report:
                 f"fix or remove {path}, then run the deploy",
             )
             return False, None
+
+
+def kind(value: Any) -> str:
+    """What a parsed value is, in words.
+
+    >>> kind([1]), kind(None), kind("x")
+    ('a list', 'nothing', 'a string')
+    """
+    if value is None:
+        return "nothing"
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    names.update({list: "a list", dict: "a mapping"})
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A scalar as YAML/JSON spells it, cut at ``limit``; a container by its kind, never
+    expanded (a few YAML aliases can make a huge one).
+
+    >>> shown(True), shown("4"), shown({"a": 1}), shown("x" * 100)[-5:]
+    ('true', '"4"', 'a mapping', 'xx...')
+    """
+    if isinstance(value, (list, dict)):
+        return kind(value)
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters escaped: safe in a one-line comment or report cell.
+
+    >>> one_line("gpu-1\\nerror: forged")
+    'gpu-1\\\\nerror: forged'
+    """
+    return "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in text)

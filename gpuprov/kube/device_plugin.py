@@ -15,8 +15,8 @@ from typing import Any
 from gpuprov.contract import (
     DEVICE_PLUGIN_CONFIG_VERSION,
     DEVICE_PLUGIN_DEFAULT_CONFIG,
-    GPU_RESOURCE,
 )
+from gpuprov.hostfiles import device_plugin
 from gpuprov.plan import HostPlan
 
 
@@ -26,29 +26,15 @@ def plugin_defaults() -> dict[str, Any]:
 
 
 def host_config(plan: HostPlan) -> dict[str, Any]:
-    """The device plugin config (api/config/v1) the plan asks of ``plan``'s host.
-
-    Same content as the host file the deploy writes (templates/device-plugin-config.yaml.j2,
-    rendered by gpuprov/deploys/device_plugin.py; a test keeps them equal). A ``whole_card``
-    host gets no host file, which is the plugin's defaults: the ConfigMap spells those out
-    (``migStrategy: none``) so the node's label names a real config.
+    """The device plugin config (api/config/v1) the plan asks of ``plan``'s host: the same
+    document the deploy writes on the host (``gpuprov.hostfiles.device_plugin``). A
+    ``whole_card`` host gets no host file, which is the plugin's defaults: the ConfigMap spells
+    those out (``migStrategy: none``) so the node's label names a real config.
 
     >>> host_config(plan.host("gpu-a100-01"))["sharing"]["timeSlicing"]["resources"]  # doctest: +SKIP
     [{'name': 'nvidia.com/gpu', 'replicas': 4}]
     """
-    # One renderer for host file and ConfigMap is the aim: when the host file's renderer
-    # returns this dict, this function becomes a call to it.
-    config = plugin_defaults()
-    config["flags"]["migStrategy"] = plan.mig_strategy or "none"
-    if plan.time_slicing is not None:
-        config["sharing"] = {
-            "timeSlicing": {
-                "renameByDefault": plan.time_slicing.rename,
-                "failRequestsGreaterThanOne": plan.time_slicing.fail_requests_greater_than_one,
-                "resources": [{"name": GPU_RESOURCE, "replicas": plan.time_slicing.replicas}],
-            }
-        }
-    return config
+    return device_plugin.document(plan) or plugin_defaults()
 
 
 def config_name(config: dict[str, Any]) -> str:

@@ -1,36 +1,15 @@
-"""kubelet's ``maxPods``, edited in place in its main config file."""
+"""kubelet's ``maxPods``, edited in place in its main config file (the edit itself:
+``gpuprov.hostfiles.kubelet.with_max_pods``)."""
 
 from __future__ import annotations
 
-import re
-
-import yaml
 from pyinfra import host
 from pyinfra.api import operation
 
 from gpuprov.facts.files import FileStates
+from gpuprov.hostfiles.kubelet import with_max_pods
 from gpuprov.operations.files import replace
 from gpuprov.operations.refuse import refuse
-
-_MAX_PODS = re.compile(r"^maxPods:.*$", re.MULTILINE)  # top level only: no indentation
-
-
-def with_max_pods(text: str | None, max_pods: int) -> str | None:
-    """``text`` with ``maxPods: N`` replaced (or appended), every other line kept verbatim;
-    None when the result would not be a YAML mapping with that maxPods."""
-    text = text or ""
-    line = f"maxPods: {max_pods}"
-    if _MAX_PODS.search(text):
-        out = _MAX_PODS.sub(line, text, count=1)
-    else:
-        out = text + ("" if not text or text.endswith("\n") else "\n") + line + "\n"
-    try:
-        parsed = yaml.safe_load(out)
-    except yaml.YAMLError:
-        return None
-    if not isinstance(parsed, dict) or parsed.get("maxPods") != max_pods:
-        return None
-    return out
 
 
 @operation()

@@ -1,0 +1,231 @@
+"""The device plugin config: what the deploy writes, verify's check accepts, field by field; what
+the host's file holds in a shape the plugin refuses is a finding, as NVIDIA's own parser says."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import time
+
+import pytest
+from plans import plan_for
+from upstream import upstream_binary
+
+from gpuprov.hostfiles import device_plugin
+
+DEFAULT_PATH = "/etc/nvidia/device-plugin/config.yaml"
+OTHER_PATH = "/opt/k8s/nvidia/plugin config.yaml"
+BALANCED = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+
+VARIANTS = {
+    "shared": ("shared", {"time_slicing_replicas": 4}),
+    "shared-plain-other-path": (
+        "shared",
+        {
+            "time_slicing_replicas": 8,
+            "time_slicing_rename": False,
+            "time_slicing_fail_requests_greater_than_one": False,
+            "device_plugin_config_path": OTHER_PATH,
+        },
+    ),
+    "mig-mixed": ("mig", {"mig_layout": BALANCED}),
+    "mig-single-other-path": (
+        "mig",
+        {
+            "mig_layout": {"1g.10gb": 7},
+            "mig_strategy": "single",
+            "device_plugin_config_path": OTHER_PATH,
+        },
+    ),
+    "whole_card": ("whole_card", {}),
+    "whole_card-other-path": ("whole_card", {"device_plugin_config_path": OTHER_PATH}),
+}
+
+
+@pytest.fixture(params=list(VARIANTS))
+def variant(request, tmp_path):
+    mode, data = VARIANTS[request.param]
+    return plan_for(tmp_path, mode, **data)
+
+
+def written(plan) -> dict:
+    """The host's files as the deploy leaves them."""
+    return {plan.settings["device_plugin_config_path"]: device_plugin.render(plan)}
+
+
+def test_what_the_deploy_writes_passes_the_check(variant):
+    assert device_plugin.check(variant, written(variant)) == []
+
+
+def test_the_probe_reads_the_planned_path(variant):
+    assert device_plugin.paths(variant).files == (variant.settings["device_plugin_config_path"],)
+
+
+def test_whole_card_hosts_get_no_file_and_any_file_is_a_leftover(tmp_path):
+    plan = plan_for(tmp_path, "whole_card", device_plugin_config_path=OTHER_PATH)
+    assert device_plugin.render(plan) is None and device_plugin.document(plan) is None
+    [finding] = device_plugin.check(plan, {OTHER_PATH: "version: v1\n"})
+    assert (finding.check, finding.expected) == (
+        "leftover",
+        f"no device plugin config at {OTHER_PATH}",
+    )
+
+
+SHARED_EDITS = [
+    ("replicas: 4", "replicas: 5", "nvidia.com/gpu replicas: 4", "nvidia.com/gpu replicas: 5"),
+    (
+        "renameByDefault: true",
+        "renameByDefault: false",
+        "sharing.timeSlicing.renameByDefault: true",
+        "sharing.timeSlicing.renameByDefault: false",
+    ),
+    (
+        "failRequestsGreaterThanOne: true",
+        "failRequestsGreaterThanOne: false",
+        "sharing.timeSlicing.failRequestsGreaterThanOne: true",
+        "sharing.timeSlicing.failRequestsGreaterThanOne: false",
+    ),
+    (
+        "failRequestsGreaterThanOne: true",
+        'failRequestsGreaterThanOne: "true"',
+        "sharing.timeSlicing.failRequestsGreaterThanOne: true",
+        'sharing.timeSlicing.failRequestsGreaterThanOne: "true"',
+    ),
+    (
+        "migStrategy: none",
+        "migStrategy: mixed",
+        'flags.migStrategy: "none"',
+        'flags.migStrategy: "mixed"',
+    ),
+    ("version: v1", "version: v2", 'version: "v1"', 'version: "v2"'),
+    ("name: nvidia.com/gpu", "name: nvidia.com/gpu-x", "nvidia.com/gpu replicas: 4", "unset"),
+]
+
+
+@pytest.mark.parametrize("old,new,expected,found", SHARED_EDITS)
+def test_one_changed_field_is_exactly_one_finding_for_that_field(
+    tmp_path, old, new, expected, found
+):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
+    text = device_plugin.render(plan)
+    assert old in text
+    [finding] = device_plugin.check(plan, {DEFAULT_PATH: text.replace(old, new)})
+    assert (finding.check, finding.expected, finding.found) == ("device-plugin", expected, found)
+
+
+def test_mig_strategy_and_a_sharing_section_on_a_mig_host(tmp_path):
+    plan = plan_for(tmp_path, "mig", mig_layout=BALANCED, device_plugin_config_path=OTHER_PATH)
+    text = device_plugin.render(plan)
+    [finding] = device_plugin.check(plan, {OTHER_PATH: text.replace("mixed", "single")})
+    assert (finding.expected, finding.found) == (
+        'flags.migStrategy: "mixed"',
+        'flags.migStrategy: "single"',
+    )
+    sharing = text + "sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2}]\n"
+    [finding] = device_plugin.check(plan, {OTHER_PATH: sharing})
+    assert (finding.check, finding.found) == ("leftover", "sharing: timeSlicing")
+
+
+def test_unset_version_and_strategy_read_as_the_plugin_defaults(tmp_path):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
+    text = (
+        device_plugin.render(plan).replace("version: v1\n", "").replace("  migStrategy: none\n", "")
+    )
+    assert device_plugin.check(plan, {DEFAULT_PATH: text.replace("flags:\n", "")}) == []
+
+
+def test_mps_wins_over_time_slicing(tmp_path):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
+    text = device_plugin.render(plan) + "  mps:\n    resources: [{name: gpu, replicas: 4}]\n"
+    [finding] = device_plugin.check(plan, {DEFAULT_PATH: text})
+    assert finding.found == "sharing.mps is set (MPS wins over time-slicing)"
+
+
+def test_the_host_name_cannot_add_lines_to_the_file(tmp_path):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
+    text = device_plugin.render(dataclasses.replace(plan, name="n1\nsharing: x"))
+    assert text.count("\n") == device_plugin.render(plan).count("\n")
+    assert device_plugin.check(plan, {DEFAULT_PATH: text}) == []
+
+
+# Files in shapes NVIDIA's parser refuses: each is a finding, never an exception or a pass.
+MALFORMED = {
+    "time slicing is a list": "version: v1\nsharing:\n  timeSlicing: [1]\n",
+    "resources is a number": "version: v1\nsharing:\n  timeSlicing:\n    resources: 5\n",
+    "a resource is a number": "version: v1\nsharing:\n  timeSlicing:\n    resources: [1]\n",
+    "flags is a list": "version: v1\nflags: [migStrategy]\n",
+    "sharing is a string": "version: v1\nsharing: timeSlicing\n",
+    "the file is a list": "- version: v1\n",
+    "replicas is a string": (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "      - name: nvidia.com/gpu\n        replicas: '4'\n"
+    ),
+    "not YAML": "sharing: [unclosed\n",
+}
+
+
+@pytest.mark.parametrize("text", list(MALFORMED.values()), ids=list(MALFORMED))
+def test_a_file_the_plugin_refuses_is_a_finding(tmp_path, text):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
+    findings = device_plugin.check(plan, {DEFAULT_PATH: text})
+    assert findings and {f.check for f in findings} == {"device-plugin"}
+
+
+def test_a_structural_problem_is_named_by_its_key(tmp_path):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
+    [finding] = device_plugin.check(plan, {DEFAULT_PATH: MALFORMED["time slicing is a list"]})
+    assert finding.found == "sharing.timeSlicing: a list, not a mapping"
+    assert finding.expected == f"a device plugin config (api/config/v1) in {DEFAULT_PATH}"
+
+
+def test_a_yaml_alias_bomb_is_reported_in_one_short_line_at_once(tmp_path):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
+    # x8 is 10**9 strings when expanded; the check must name it without expanding it.
+    bomb = "x0: &x0 [a, a, a, a, a, a, a, a, a, a]\n"
+    bomb += "".join(f"x{n}: &x{n} [{', '.join([f'*x{n - 1}'] * 10)}]\n" for n in range(1, 9))
+    text = bomb + device_plugin.render(plan).replace("version: v1", "version: *x8")
+    started = time.monotonic()
+    [finding] = device_plugin.check(plan, {DEFAULT_PATH: text})
+    assert finding.found == "version: a list"
+    assert time.monotonic() - started < 5
+
+
+# --- NVIDIA's own parser (the real plugin, ../shared/bin) agrees
+
+
+def plugin_reading(tmp_path, text: str) -> dict | str:
+    """The effective config the real plugin prints for ``text``, or its config error."""
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    done = subprocess.run(
+        [str(upstream_binary("nvidia-device-plugin")), "--config-file", str(config)]
+        + ["--kubelet-socket", ""],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = done.stdout + done.stderr
+    if "Running with config:" not in out:
+        [error] = [line for line in out.splitlines() if "unable to load config" in line]
+        return error
+    after = out.split("Running with config:", 1)[1].lstrip()
+    return json.JSONDecoder().raw_decode(after)[0]
+
+
+@pytest.mark.parametrize("name", [n for n in VARIANTS if not n.startswith("whole")])
+def test_the_real_plugin_runs_with_what_the_deploy_writes(tmp_path, name):
+    mode, data = VARIANTS[name]
+    plan = plan_for(tmp_path, mode, **data)
+    effective = plugin_reading(tmp_path, device_plugin.render(plan))
+    assert isinstance(effective, dict), effective
+    assert effective["flags"]["migStrategy"] == (plan.mig_strategy or "none")
+    if plan.time_slicing:
+        slicing = effective["sharing"]["timeSlicing"]
+        assert slicing.get("renameByDefault", False) == plan.time_slicing.rename
+        assert slicing["resources"][0]["replicas"] == plan.time_slicing.replicas
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_the_real_plugin_refuses_what_the_check_reports(tmp_path, name):
+    assert isinstance(plugin_reading(tmp_path, MALFORMED[name]), str)

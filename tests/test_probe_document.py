@@ -1,0 +1,228 @@
+"""The probe document's schema check: what the real probe prints passes, every other shape is
+named by where it breaks the schema."""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+
+import pynvml
+import pytest
+from simulated import initialized, isolate_pynvml, new_host
+
+from gpuprov import probe
+from gpuprov.contract import PROBE_SCHEMA, SIM_ENV
+from gpuprov.hostfiles import Wanted
+from gpuprov.probe_document import MAX_SHOWN_PROBLEMS, missing_files, read, schema_problems
+from gpuprov.sim import install
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch):
+    isolate_pynvml(monkeypatch)
+
+
+def real_probe(tmp_path, monkeypatch, **kwargs) -> dict:
+    """The probe of two simulated A100s, GPU 0 with MIG on and two instances (one without CI)."""
+    path = new_host(tmp_path, "A100-80GB", 2, mig=[0])
+    install(path)
+    with initialized():
+        device = pynvml.nvmlDeviceGetHandleByIndex(0)
+        for profile_id, start, size in ((9, 4, 4), (19, 0, 1)):
+            placement = pynvml.c_nvmlGpuInstancePlacement_t(start, size)
+            gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(
+                device, profile_id, ctypes.byref(placement)
+            )
+            if profile_id == 9:
+                pynvml.nvmlGpuInstanceCreateComputeInstance(gi, 2)
+    monkeypatch.setenv(SIM_ENV, path)
+    return probe.probe(**kwargs)
+
+
+def test_what_the_real_probe_prints_passes(tmp_path, monkeypatch):
+    document = real_probe(tmp_path, monkeypatch, files=["/nonexistent"], globs=["/etc/*.conf"])
+    assert len(document["gpus"][0]["gpu_instances"]) == 2
+    assert schema_problems(document) == []
+    checked, findings = read("h", document, "/agent.pyz", "python3")
+    assert findings == [] and checked.gpus[0]["index"] == 0
+
+
+def good() -> dict:
+    gpu = {
+        "index": 0,
+        "uuid": "GPU-0",
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory_total_mib": 81920,
+        "pci_bus_id": "00000000:07:00.0",
+        "mig": {"current": True, "pending": True},
+        "gpu_instances": [
+            {
+                "id": 1,
+                "profile_id": 9,
+                "profile": "3g.40gb",
+                "start": 4,
+                "size": 4,
+                "compute_instances": [{"id": 0, "profile_id": 2, "slice_count": 3}],
+            }
+        ],
+    }
+    second = {
+        **copy.deepcopy(gpu),
+        "index": 1,
+        "uuid": "GPU-1",
+        "pci_bus_id": "00000000:0F:00.0",
+        "mig": None,
+        "gpu_instances": [],
+    }
+    return {
+        "schema": PROBE_SCHEMA,
+        "nvml": "ok",
+        "error": None,
+        "driver_version": "550.127.05",
+        "nvml_version": "12.550.127.05",
+        "gpus": [gpu, second],
+        "files": {
+            "/etc/x.yaml": "a: 1\n",
+            "/etc/missing": None,
+            "/etc/huge.toml": {"error": "larger than 1 MiB"},
+        },
+        "containerd": {"version": {"release": "2.0.0"}},
+    }
+
+
+def test_the_good_example_passes():
+    assert schema_problems(good()) == []
+
+
+def edited(change) -> list[str]:
+    document = good()
+    change(document)
+    return schema_problems(document)
+
+
+CASES = {
+    "index is a string": (
+        lambda d: d["gpus"][1].update(index="1"),
+        'gpus[1].index: "1" is not an integer',
+    ),
+    "index is missing": (lambda d: d["gpus"][1].pop("index"), "gpus[1]: missing index"),
+    "index is true": (
+        lambda d: d["gpus"][0].update(index=True),
+        "gpus[0].index: true is not an integer",
+    ),
+    "index is negative": (
+        lambda d: d["gpus"][0].update(index=-1),
+        "gpus[0].index: -1 is not in 0..1023",
+    ),
+    "index twice": (
+        lambda d: d["gpus"][1].update(index=0),
+        "gpus[1].index: 0 again (gpus[0] has it)",
+    ),
+    "index gap": (
+        lambda d: d["gpus"][1].update(index=5),
+        "gpus: indices 0, 5: NVML numbers 2 GPUs 0..1",
+    ),
+    "uuid twice": (
+        lambda d: d["gpus"][1].update(uuid="GPU-0"),
+        'gpus[1].uuid: "GPU-0" again (gpus[0])',
+    ),
+    "bus id twice": (
+        lambda d: d["gpus"][1].update(pci_bus_id="00000000:07:00.0"),
+        'gpus[1].pci_bus_id: "00000000:07:00.0" again (gpus[0])',
+    ),
+    "empty uuid": (
+        lambda d: d["gpus"][1].update(uuid=""),
+        'gpus[1].uuid: "" is not a non-empty string',
+    ),
+    "mig is a string": (
+        lambda d: d["gpus"][0].update(mig="on"),
+        "gpus[0].mig: a string, not a JSON object",
+    ),
+    "mig current is a string": (
+        lambda d: d["gpus"][0]["mig"].update(current="true"),
+        'gpus[0].mig.current: "true" is not true or false',
+    ),
+    "instances with MIG off": (
+        lambda d: d["gpus"][1].update(gpu_instances=copy.deepcopy(d["gpus"][0]["gpu_instances"])),
+        "gpus[1].gpu_instances: 1 GPU instances while MIG is off",
+    ),
+    "instance start is a float": (
+        lambda d: d["gpus"][0]["gpu_instances"][0].update(start=4.0),
+        "gpus[0].gpu_instances[0].start: 4.0 is not an integer",
+    ),
+    "instance size 0": (
+        lambda d: d["gpus"][0]["gpu_instances"][0].update(size=0),
+        "gpus[0].gpu_instances[0].size: 0 is not in >= 1",
+    ),
+    "compute instance not an object": (
+        lambda d: d["gpus"][0]["gpu_instances"][0].update(compute_instances=[3]),
+        "gpus[0].gpu_instances[0].compute_instances[0]: an integer, not a JSON object",
+    ),
+    "unknown GPU key": (lambda d: d["gpus"][0].update(serial="x"), 'gpus[0]: unknown key "serial"'),
+    "name longer than NVML's": (
+        lambda d: d["gpus"][0].update(name="A" * 97),
+        "gpus[0].name: 97 characters, more than NVML's 96",
+    ),
+    "gpus is an object": (lambda d: d.update(gpus={}), "gpus: a mapping, not a list"),
+    "gpus without NVML": (
+        lambda d: d.update(nvml="driver-not-loaded"),
+        'gpus: 2 GPUs although nvml is "driver-not-loaded"',
+    ),
+    "unknown nvml state": (lambda d: d.update(nvml="fine"), 'nvml: "fine" is not one of'),
+    "driver version is a number": (
+        lambda d: d.update(driver_version=550),
+        "driver_version: 550 is not a string",
+    ),
+    "files is a list": (
+        lambda d: d.update(files=["/etc/x.yaml"]),
+        "files: a list, not a JSON object",
+    ),
+    "a file is a number": (
+        lambda d: d["files"].update({"/etc/x.yaml": 1}),
+        'files["/etc/x.yaml"]: an integer, not a file\'s text, null or an error',
+    ),
+    "a file error is not a string": (
+        lambda d: d["files"].update({"/etc/x.yaml": {"error": 5}}),
+        'files["/etc/x.yaml"]: a mapping, not a file\'s text',
+    ),
+    "containerd is a list": (lambda d: d.update(containerd=[]), "containerd: a list, not"),
+    "too many GPUs": (lambda d: d.update(gpus=[{}] * 1025), "gpus: 1025 entries, more than 1024"),
+}
+
+
+@pytest.mark.parametrize("change,problem", list(CASES.values()), ids=list(CASES))
+def test_each_break_of_the_schema_is_named(change, problem):
+    problems = edited(change)
+    assert any(p.startswith(problem) for p in problems), problems
+
+
+def test_a_malformed_document_is_findings_and_never_a_document():
+    document = good()
+    for entry in document["gpus"]:
+        entry["index"] = "x"
+        entry["uuid"] = 7
+        entry["name"] = None
+    checked, findings = read("h", document, "/agent.pyz", "python3")
+    assert checked is None
+    assert len(findings) == MAX_SHOWN_PROBLEMS + 1
+    assert findings[-1].found == "... and 1 more problems"
+    assert {f.check for f in findings} == {"probe-document"}
+
+
+@pytest.mark.parametrize("document", [None, [], "text", 3, {}, {"schema": "gpuprov.probe/v0"}])
+def test_no_probe_document_at_all_is_a_finding(document):
+    checked, [finding] = read("h", document, "/agent.pyz", "python3")
+    assert checked is None and finding.check in ("agent", "probe-document")
+
+
+def test_a_probe_without_the_files_the_checks_need_is_a_finding():
+    document = good()
+    wanted = Wanted(files=("/etc/x.yaml", "/etc/y.toml"))
+    checked, _ = read("h", document, "/agent.pyz", "python3")
+    [finding] = missing_files("h", checked, wanted, "python3 agent.pyz probe ...")
+    assert finding.found == "not read: /etc/y.toml"
+    del document["files"]
+    checked, _ = read("h", document, "/agent.pyz", "python3")
+    [finding] = missing_files("h", checked, wanted, "python3 agent.pyz probe ...")
+    assert finding.found == "no files section" and "python3 agent.pyz probe" in finding.hint
+    assert missing_files("h", checked, Wanted(), "") == []
