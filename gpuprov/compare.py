@@ -27,8 +27,6 @@ from gpuprov.contract import (
     DOCKER_NVIDIA_RUNTIME_PATH,
     KUBELET_DEFAULT_MAX_PODS,
     KUBELET_DROP_IN,
-    MIG_LAYOUT_PATH,
-    MIG_UNIT_PATH,
     NVIDIA_RUNTIME_BINARY,
     NVIDIA_RUNTIME_TYPE,
     PROBE_SCHEMA,
@@ -37,6 +35,7 @@ from gpuprov.contract import (
     kubelet_drop_in_glob,
 )
 from gpuprov.findings import Finding
+from gpuprov.hostfiles import mig_layout, mig_unit
 from gpuprov.hostfiles.documents import ParseError, deep_merge, dig, parse, scalar
 from gpuprov.mig.diff import MigDiffError, ObservedGi, diff
 from gpuprov.mig.instance import Instance
@@ -61,8 +60,8 @@ def wanted_files(plan: HostPlan) -> tuple[list[str], list[str]]:
     files = [
         s["device_plugin_config_path"],
         s["kubelet_config_path"],
-        MIG_LAYOUT_PATH,
-        MIG_UNIT_PATH,
+        *mig_layout.paths(plan),
+        *mig_unit.paths(plan),
     ]
     globs = []
     kubelet_glob = kubelet_drop_in_glob(s["kubelet_config_dir"])
@@ -171,7 +170,8 @@ class _Comparison:
                 self.containerd()
             else:
                 self.docker()
-            self.mig_boot_files()
+            self.findings += mig_layout.check(self.plan, self.files)
+            self.findings += mig_unit.check(self.plan, self.files)
         return self.findings
 
     # --- the probe itself
@@ -605,45 +605,6 @@ class _Comparison:
                 "unset" if got is None else f"{key} {scalar(got)}",
                 hint,
             )
-
-    def mig_boot_files(self) -> None:
-        if self.plan.mode != "mig":
-            for path in (MIG_LAYOUT_PATH, MIG_UNIT_PATH):
-                if self.files.get(path) is not None:
-                    self.add(
-                        "leftover",
-                        f"no {path} (not a MIG host)",
-                        "present",
-                        "run the deploy (it disables the boot unit and removes the file)",
-                    )
-            return
-        present, layout = self.read("json", MIG_LAYOUT_PATH, "mig-layout")
-        if not present:
-            return
-        # A stale layout file is drift a reboot would expose: the boot unit applies it.
-        saved = {g.get("index"): g for g in (dig(layout, "gpus") or []) if isinstance(g, Mapping)}
-        for gpu in self.plan.gpus:
-            entry = saved.get(gpu.index)
-            want = (gpu.mig_enabled, sorted((i.profile_id, i.start, i.size) for i in gpu.instances))
-            got = (
-                None
-                if entry is None
-                else (
-                    bool(entry.get("mig_enabled")),
-                    sorted(
-                        (i.get("profile_id"), i.get("start"), i.get("size"))
-                        for i in entry.get("instances") or []
-                    ),
-                )
-            )
-            if got != want:
-                self.add(
-                    "mig-layout",
-                    "the planned layout in " + MIG_LAYOUT_PATH,
-                    "no entry" if entry is None else "another layout",
-                    "run the deploy (the boot unit would apply the old layout)",
-                    gpu=gpu.index,
-                )
 
 
 def _merge_containerd(main: dict, drop_in: Mapping, version: int) -> dict:

@@ -36,8 +36,9 @@ if TYPE_CHECKING:  # the agent never needs the plan; the bundle check skips this
     from gpuprov.plan import HostPlan
 
 CHECK = "mig-layout"
-_INSTANCE_KEYS = {"profile": str, "profile_id": int, "start": int, "size": int}
-# Far above any real GPU (8 memory slots, at most 7 GIs); keeps a hostile file cheap to check.
+# Integer keys -> their bound. Far above any real GPU (8 memory slots, at most 7 GIs, profile
+# ids below 100 so far); they keep a hostile file cheap to check.
+_INSTANCE_INTS = {"profile_id": 1 << 16, "start": 64, "size": 64}
 _MAX_SLOT = 64
 _MAX_INSTANCES = 64
 
@@ -136,7 +137,7 @@ def parse(raw: Any) -> MigLayout:
     return MigLayout(tuple(sorted(gpus, key=lambda g: g.index)), tuple(clients), allow_reboot)
 
 
-def check(plan: HostPlan, files: dict[str, str | None]) -> list[Finding]:
+def check(plan: HostPlan, files: dict[str, Any]) -> list[Finding]:
     """Findings for the layout file a host has (``files`` as the probe read them).
 
     A stale file is drift a reboot would expose (the boot unit applies it), so every field is
@@ -159,9 +160,12 @@ def check(plan: HostPlan, files: dict[str, str | None]) -> list[Finding]:
         ]
     hint = "run the deploy (the boot unit would apply the old layout)"
     if text is None:
-        return [
-            Finding(host, None, CHECK, f"the planned layout in {MIG_LAYOUT_PATH}", "no file", hint)
-        ]
+        # Not written yet (the deploy has not run the MIG step); the MIG state itself is compared
+        # GPU by GPU from NVML, so an absent file hides nothing that is running.
+        return []
+    if not isinstance(text, str):  # the probe's {"error": why} marker
+        why = f"not read: {_marker(text)}"
+        return [Finding(host, None, CHECK, f"the planned layout in {MIG_LAYOUT_PATH}", why, hint)]
     try:
         found = loads(text)
     except LayoutError as e:
@@ -264,13 +268,12 @@ def _gpu(raw: Any, n: int) -> GpuLayout:
 
 
 def _instance(raw: Any, where: str) -> Instance:
-    _keys(raw, where, required=set(_INSTANCE_KEYS), optional=set())
-    for key, kind in _INSTANCE_KEYS.items():
-        value = raw[key]
-        if kind is int and not (_is_int(value) and 0 <= value < _MAX_SLOT):
-            raise LayoutError(f"{where}.{key} must be an integer 0-{_MAX_SLOT - 1}")
-        if kind is str and not isinstance(value, str):
-            raise LayoutError(f"{where}.{key} must be a string")
+    _keys(raw, where, required={"profile", *_INSTANCE_INTS}, optional=set())
+    for key, bound in _INSTANCE_INTS.items():
+        if not (_is_int(raw[key]) and 0 <= raw[key] < bound):
+            raise LayoutError(f"{where}.{key} must be an integer 0-{bound - 1}")
+    if not isinstance(raw["profile"], str):
+        raise LayoutError(f"{where}.profile must be a string")
     if raw["size"] < 1:
         raise LayoutError(f"{where}.size must be at least 1")
     instance = Instance(raw["start"], raw["size"], raw["profile"], raw["profile_id"])
@@ -325,6 +328,11 @@ def _shown(value: Any) -> str:
     plain = isinstance(value, str) and value.isprintable() and " " not in value
     text = value if plain else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _marker(value: Any) -> str:
+    """The reason in a probe's ``{"error": why}`` marker (anything else, shown safely)."""
+    return str(value.get("error")) if isinstance(value, dict) else _shown(value)
 
 
 def _one_line(text: str) -> str:
