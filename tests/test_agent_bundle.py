@@ -335,3 +335,32 @@ def test_a_run_that_loses_the_race_uses_the_winners_copy(agent, tmp_path):
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["agent-winner", "agent.pyz"]
     assert [p.name for p in target.iterdir()] == ["gpuprov"]
+
+
+def test_the_bundle_refuses_a_layout_by_asking_nvml_not_a_catalog(agent, sim_host, tmp_path):
+    env, only_yaml = sim_host
+    layout = tmp_path / "bad-layout.json"
+    layout.write_text(
+        json.dumps(
+            {
+                "schema": "gpuprov.mig-layout/v1",
+                "gpus": [
+                    {
+                        "index": 0,
+                        "mig_enabled": True,
+                        "instances": [
+                            {"profile": "2g.20gb", "profile_id": 9, "start": 0, "size": 4}
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    state = Path(env["GPUPROV_NVML_SIM"])
+    before = state.read_bytes()
+
+    done = run_isolated(agent, "apply", "--layout", str(layout), extra_path=only_yaml, env=env)
+
+    assert done.returncode == 2, done.stderr
+    assert "profile id 9 is 3g.40gb on this GPU, not 2g.20gb" in done.stderr
+    assert state.read_bytes() == before

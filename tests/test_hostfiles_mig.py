@@ -3,9 +3,14 @@ any one changed field is exactly one finding naming it (issue #9 item 3)."""
 
 from __future__ import annotations
 
+import functools
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuprov.agent import layout as agent_layout
 from gpuprov.contract import MIG_LAYOUT_PATH, MIG_UNIT_PATH
@@ -282,3 +287,82 @@ def test_outside_mig_the_layout_the_agent_applies_turns_mig_off(tmp_path):
         (0, False, ()),
         (1, False, ()),
     ]
+
+
+# --- generated malformed layout files: a finding or a clean parse, never an exception
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+LAYOUT_KEYS = st.sampled_from(
+    [
+        "schema",
+        "gpus",
+        "gpu_clients",
+        "allow_reboot",
+        "index",
+        "mig_enabled",
+        "instances",
+        "profile",
+        "profile_id",
+        "start",
+        "size",
+    ]
+)
+
+
+def mutated_layouts():
+    """Rendered-looking documents with keys dropped, added or given generated values."""
+    base = {
+        "schema": "gpuprov.mig-layout/v1",
+        "gpus": [
+            {
+                "index": 0,
+                "mig_enabled": True,
+                "instances": [{"profile": "3g.40gb", "profile_id": 9, "start": 0, "size": 4}],
+            }
+        ],
+        "gpu_clients": ["nvidia-persistenced"],
+        "allow_reboot": False,
+    }
+
+    def mutate(edits):
+        document = json.loads(json.dumps(base))
+        # Taken before any edit: an edit may detach a level, the others still apply.
+        levels = [document, document["gpus"][0], document["gpus"][0]["instances"][0]]
+        for path, key, value in edits:
+            target = levels[path]
+            if value is None and key in target:
+                del target[key]
+            else:
+                target[key] = value
+        return document
+
+    return st.lists(
+        st.tuples(st.integers(0, 2), LAYOUT_KEYS, JSON_VALUES), min_size=1, max_size=4
+    ).map(mutate)
+
+
+@functools.cache
+def generated_plan():
+    """One mig plan for every generated example (built once: hypothesis reruns the test)."""
+    return plan_for(Path(tempfile.mkdtemp()), "mig", **MIG_HOSTS["a100-balanced"])
+
+
+@settings(max_examples=300, deadline=1000)
+@given(st.one_of(JSON_VALUES, mutated_layouts()))
+def test_generated_layout_files_never_raise_in_verify_or_the_agent(document):
+    text = json.dumps(document)
+    try:
+        parsed = mig_layout.loads(text)
+    except mig_layout.LayoutError as e:
+        assert "\n" not in str(e)
+    else:
+        assert mig_layout.loads(parsed.text()) == parsed
+    found = mig_layout.check(generated_plan(), {MIG_LAYOUT_PATH: text})
+    assert all(f.check == "mig-layout" for f in found)

@@ -13,7 +13,10 @@ import pytest
 from simulated import isolate_pynvml, new_host
 
 from gpuprov import probe
-from gpuprov.contract import PROBE_FILE_MAX_BYTES, SIM_ENV
+from gpuprov.compare import compare, wanted_files
+from gpuprov.contract import PROBE_FILE_MAX_BYTES, PROBE_SCHEMA, SIM_ENV
+from gpuprov.inventory import load
+from gpuprov.plan import build
 
 
 @pytest.fixture(autouse=True)
@@ -134,3 +137,29 @@ def test_a_state_file_that_is_not_a_state_is_named_by_the_sims_own_tools(tmp_pat
     assert len(smi.stdout.splitlines()) == 1 and smi.stderr == ""
     assert admin.stderr.startswith(f"gpuprov-sim: error: {path}: ") and admin.returncode == 2
     assert len(admin.stderr.splitlines()) == 1
+
+
+def test_verify_turns_a_file_the_probe_would_not_read_into_a_finding(tmp_path):
+    inventory = tmp_path / "inv.py"
+    inventory.write_text(
+        "whole_card = [('n1', {'gpu_model': 'A100-80GB', 'gpu_count': 1, "
+        "'driver_version': '550.127.05'})]\n"
+    )
+    plan = build(load(str(inventory))).host("n1")
+    files, _ = wanted_files(plan)
+    marker = {
+        "error": f"larger than {PROBE_FILE_MAX_BYTES} bytes (5000000); the probe reads no more"
+    }
+    observed = {
+        "schema": PROBE_SCHEMA,
+        "nvml": "library-not-found",
+        "error": "NVML Shared Library Not Found",
+        "driver_version": None,
+        "nvml_version": None,
+        "gpus": [],
+        "files": {path: marker for path in files},
+    }
+
+    found = [f for f in compare(plan, observed) if marker["error"] in f.found]
+
+    assert found and all(f.found == f"not read by the probe: {marker['error']}" for f in found)

@@ -32,7 +32,11 @@ class ParseError(ValueError):
 
 def parse(kind: str, text: str) -> Any:
     """``text`` parsed as ``kind`` (``yaml``, ``toml`` or ``json``); ParseError with the first
-    line of the parser's message otherwise."""
+    line of the parser's message otherwise. The probe puts ``{"error": why}`` in place of a file
+    it would not read (too large, not a regular file): that is a ParseError saying why."""
+    if not isinstance(text, str):
+        why = text.get("error") if isinstance(text, Mapping) else type(text).__name__
+        raise ParseError(f"not read by the probe: {why}")
     try:
         if kind == "yaml":
             return yaml.safe_load(text)
