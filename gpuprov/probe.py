@@ -9,6 +9,11 @@ Schema ``gpuprov.probe/v1`` (docs/architecture.md). GI profiles are walked the w
 does: every NVML_GPU_INSTANCE_PROFILE_* constant gives a profile info whose ``id`` (the other
 numbering, the one ``-cgi`` and ``GpuInstanceInfo.profileId`` use) lists that profile's GIs.
 
+The ``files`` section holds each requested file's text, ``null`` for a file that does not
+exist, and ``{"error": why}`` for one the probe does not read: larger than
+``PROBE_FILE_MAX_BYTES`` (1 MiB), not a regular file (``/dev/zero``, a FIFO, a directory) or
+unreadable. Reads never block and never hold more than the limit in memory.
+
     $ python3 -m gpuprov.probe --file /etc/nvidia/device-plugin/config.yaml
     {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "550.127.05", ...}
 """

@@ -40,11 +40,9 @@ from gpuprov.contract import (
     MIG_APPLY_LOCK,
 )
 from gpuprov.mig.diff import MigActions, MigDiffError, diff
-from gpuprov.probe import (
-    SimulatedDriverError,
-    init_nvml,
-    read_gpu,
-)  # one way into NVML for probe and applier
+
+# One way into NVML for probe and applier.
+from gpuprov.probe import SimulatedDriverError, init_nvml, read_gpu
 
 
 class ApplyFailed(Exception):
