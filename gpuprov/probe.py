@@ -101,7 +101,8 @@ def _nvml() -> dict[str, Any]:
 def init_nvml() -> None:
     """``nvmlInit``, routed to the simulated driver under ``GPUPROV_NVML_SIM`` (lab and tests).
 
-    Raises SimulatedDriverError when the simulator is missing or its state file is malformed.
+    Without the simulator installed, NVML's "library not found", as on a host without a driver;
+    SimulatedDriverError when its state file is malformed.
     """
     path = os.environ.get(SIM_ENV)
     if path:
@@ -125,10 +126,9 @@ def _simulator() -> Any:
         gpuprov.__path__.append(directory)
     try:
         return importlib.import_module("gpuprov.sim")
-    except ImportError as e:
-        raise SimulatedDriverError(
-            f"{SIM_ENV} is set but the simulated driver is not installed ({directory}): {e}"
-        ) from None
+    except ImportError:
+        # Not installed yet is what a host without the driver package says: no NVML library.
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND) from None
 
 
 def read_gpu(index: int) -> dict[str, Any]:

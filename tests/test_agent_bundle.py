@@ -364,3 +364,13 @@ def test_the_bundle_refuses_a_layout_by_asking_nvml_not_a_catalog(agent, sim_hos
     assert done.returncode == 2, done.stderr
     assert "profile id 9 is 3g.40gb on this GPU, not 2g.20gb" in done.stderr
     assert state.read_bytes() == before
+
+
+def test_a_lab_host_before_its_driver_package_has_no_nvml_library(agent, sim_host, tmp_path):
+    env, only_yaml = sim_host
+    env = {**env, SIM_PYTHON_ENV: str(tmp_path / "not-installed")}
+
+    done = run_isolated(agent, "probe", extra_path=only_yaml, env=env)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["nvml"] == "library-not-found"
