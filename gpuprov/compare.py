@@ -26,14 +26,12 @@ from gpuprov.contract import (
     CRI_PLUGIN,
     DOCKER_DAEMON_PATH,
     DOCKER_NVIDIA_RUNTIME_PATH,
-    MIG_LAYOUT_PATH,
-    MIG_UNIT_PATH,
     NVIDIA_RUNTIME_BINARY,
     NVIDIA_RUNTIME_TYPE,
     containerd_drop_in_glob,
 )
 from gpuprov.findings import Finding
-from gpuprov.hostfiles import Wanted, device_plugin, kubelet
+from gpuprov.hostfiles import Wanted, device_plugin, kubelet, mig_layout, mig_unit
 from gpuprov.hostfiles.documents import ParseError, deep_merge, dig, one_line, parse, scalar
 from gpuprov.plan import HostPlan
 from gpuprov.probe_document import missing_files, read
@@ -49,12 +47,6 @@ def _runtime_paths(plan: HostPlan) -> Wanted:
     return Wanted(files=(DOCKER_DAEMON_PATH,))
 
 
-def _mig_boot_paths(plan: HostPlan) -> Wanted:
-    # Moves to gpuprov.hostfiles.mig_layout / mig_unit (issue #9). Read on every host, so a
-    # file left from the mig mode is seen.
-    return Wanted(files=(MIG_LAYOUT_PATH, MIG_UNIT_PATH))
-
-
 def _runtime_check(plan: HostPlan, files: Mapping[str, str | None]) -> list[Finding]:
     comparison = _Comparison(plan, files)
     if plan.container_runtime == "containerd":
@@ -64,18 +56,13 @@ def _runtime_check(plan: HostPlan, files: Mapping[str, str | None]) -> list[Find
     return comparison.findings
 
 
-def _mig_boot_check(plan: HostPlan, files: Mapping[str, str | None]) -> list[Finding]:
-    comparison = _Comparison(plan, files)
-    comparison.mig_boot_files()
-    return comparison.findings
-
-
 # Each managed file's check, in report order, with what the probe must read for it.
 FILE_CHECKS: tuple[tuple[str, Callable[[HostPlan], Wanted], FileCheck], ...] = (
     ("device plugin config", device_plugin.paths, device_plugin.check),
     ("kubelet config", kubelet.paths, kubelet.check),
     ("container runtime config", _runtime_paths, _runtime_check),
-    ("MIG boot files", _mig_boot_paths, _mig_boot_check),
+    ("MIG layout file", mig_layout.paths, mig_layout.check),
+    ("MIG boot unit", mig_unit.paths, mig_unit.check),
 )
 
 
@@ -261,45 +248,6 @@ class _Comparison:
                 "unset" if got is None else f"{key} {scalar(got)}",
                 hint,
             )
-
-    def mig_boot_files(self) -> None:
-        if self.plan.mode != "mig":
-            for path in (MIG_LAYOUT_PATH, MIG_UNIT_PATH):
-                if self.files.get(path) is not None:
-                    self.add(
-                        "leftover",
-                        f"no {path} (not a MIG host)",
-                        "present",
-                        "run the deploy (it disables the boot unit and removes the file)",
-                    )
-            return
-        present, layout = self.read("json", MIG_LAYOUT_PATH, "mig-layout")
-        if not present:
-            return
-        # A stale layout file is drift a reboot would expose: the boot unit applies it.
-        saved = {g.get("index"): g for g in (dig(layout, "gpus") or []) if isinstance(g, Mapping)}
-        for gpu in self.plan.gpus:
-            entry = saved.get(gpu.index)
-            want = (gpu.mig_enabled, sorted((i.profile_id, i.start, i.size) for i in gpu.instances))
-            got = (
-                None
-                if entry is None
-                else (
-                    bool(entry.get("mig_enabled")),
-                    sorted(
-                        (i.get("profile_id"), i.get("start"), i.get("size"))
-                        for i in entry.get("instances") or []
-                    ),
-                )
-            )
-            if got != want:
-                self.add(
-                    "mig-layout",
-                    "the planned layout in " + MIG_LAYOUT_PATH,
-                    "no entry" if entry is None else "another layout",
-                    "run the deploy (the boot unit would apply the old layout)",
-                    gpu=gpu.index,
-                )
 
 
 def _merge_containerd(main: dict, drop_in: Mapping, version: int) -> dict:

@@ -128,9 +128,19 @@ MIG_DISABLED_CONFIG = "all-disabled"  # mig-parted's conventional name
 # --- Modes ----------------------------------------------------------------------------------------
 MODES = ("shared", "mig", "whole_card")
 
+# --- The probe ------------------------------------------------------------------------------------
+# The most the probe reads of one file: every file gpuprov checks is a few KiB. A file that is
+# larger, or not a regular file (a FIFO, a device, a directory), or unreadable is reported in the
+# probe document as {"error": why} in place of its text (``files`` section).
+PROBE_FILE_MAX_BYTES = 1 << 20
+
 # --- The simulated driver (lab and tests only) ----------------------------------------------------
 SIM_ENV = "GPUPROV_NVML_SIM"  # names the state file; unset on production hosts
 SIM_STATE_PATH = "/var/lib/nvidia-sim/gpus.json"  # where the lab keeps it
+# Where the lab's simulated driver package installs the simulator (``gpuprov/sim`` and what it
+# imports); the agent bundle does not carry it. SIM_PYTHON_ENV overrides the directory (tests).
+SIM_PYTHON_DIR = "/usr/lib/nvidia-sim/python"
+SIM_PYTHON_ENV = "GPUPROV_NVML_SIM_PYTHON"
 
 # --- NVML -----------------------------------------------------------------------------------------
 # What NVML answers for a profile this GPU or GI does not have (mig-parted skips both):

@@ -9,6 +9,11 @@ Schema ``gpuprov.probe/v1`` (docs/architecture.md). GI profiles are walked the w
 does: every NVML_GPU_INSTANCE_PROFILE_* constant gives a profile info whose ``id`` (the other
 numbering, the one ``-cgi`` and ``GpuInstanceInfo.profileId`` use) lists that profile's GIs.
 
+The ``files`` section holds each requested file's text, ``null`` for a file that does not
+exist, and ``{"error": why}`` for one the probe does not read: larger than
+``PROBE_FILE_MAX_BYTES`` (1 MiB), not a regular file (``/dev/zero``, a FIFO, a directory) or
+unreadable. Reads never block and never hold more than the limit in memory.
+
     $ python3 -m gpuprov.probe --file /etc/nvidia/device-plugin/config.yaml
     {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "550.127.05", ...}
 """
@@ -18,15 +23,25 @@ from __future__ import annotations
 import argparse
 import ctypes
 import glob
+import importlib
+import importlib.util
 import json
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import pynvml
 
-from gpuprov.contract import NVML_PROFILE_ABSENT, PROBE_SCHEMA, SIM_ENV
+from gpuprov.contract import (
+    NVML_PROFILE_ABSENT,
+    PROBE_FILE_MAX_BYTES,
+    PROBE_SCHEMA,
+    SIM_ENV,
+    SIM_PYTHON_DIR,
+    SIM_PYTHON_ENV,
+)
 
 # What NVML answers for a profile constant the GPU or GI does not have; mig-parted skips both.
 _INIT_FAILURES = {
@@ -56,16 +71,17 @@ def probe(files: Sequence[str] = (), globs: Sequence[str] = ()) -> dict[str, Any
     return document
 
 
+class SimulatedDriverError(Exception):
+    """``GPUPROV_NVML_SIM`` is set but the simulated driver cannot be used; the message says why."""
+
+
 def _nvml() -> dict[str, Any]:
     try:
         init_nvml()
     except pynvml.NVMLError as e:
         return {"nvml": _INIT_FAILURES.get(e.value, "error"), "error": str(e)}
-    except ImportError as e:
-        return {
-            "nvml": "error",
-            "error": f"{SIM_ENV} is set but the simulation is not importable: {e}",
-        }
+    except SimulatedDriverError as e:
+        return {"nvml": "error", "error": str(e)}
     found: dict[str, Any] = {}
     try:
         found["driver_version"] = pynvml.nvmlSystemGetDriverVersion()
@@ -83,13 +99,36 @@ def _nvml() -> dict[str, Any]:
 
 
 def init_nvml() -> None:
-    """``nvmlInit``, routed to the simulated driver under ``GPUPROV_NVML_SIM`` (lab and tests)."""
+    """``nvmlInit``, routed to the simulated driver under ``GPUPROV_NVML_SIM`` (lab and tests).
+
+    Without the simulator installed, NVML's "library not found", as on a host without a driver;
+    SimulatedDriverError when its state file is malformed.
+    """
     path = os.environ.get(SIM_ENV)
     if path:
-        from gpuprov.sim import install  # lazy: production hosts do not ship the simulation
-
-        install(path)
+        simulator = _simulator()
+        try:
+            simulator.install(path)
+        except simulator.StateError as e:
+            raise SimulatedDriverError(f"simulated driver ({SIM_ENV}): {e}") from None
     pynvml.nvmlInit()
+
+
+def _simulator() -> Any:
+    """The ``gpuprov.sim`` package: in a source tree it is importable as is; the agent bundle
+    does not carry it, so on a lab host it comes from where the lab's simulated driver package
+    installed it (``SIM_PYTHON_DIR``), as the real driver's library comes from the driver."""
+    import gpuprov
+
+    directory = os.path.join(os.environ.get(SIM_PYTHON_ENV) or SIM_PYTHON_DIR, "gpuprov")
+    if importlib.util.find_spec("gpuprov.sim") is None and directory not in gpuprov.__path__:
+        # Appended: what the bundle has (contract, probe) still comes from the bundle.
+        gpuprov.__path__.append(directory)
+    try:
+        return importlib.import_module("gpuprov.sim")
+    except ImportError:
+        # Not installed yet is what a host without the driver package says: no NVML library.
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND) from None
 
 
 def read_gpu(index: int) -> dict[str, Any]:
@@ -172,23 +211,60 @@ def _compute_instances(gpu_instance: Any) -> list[dict[str, Any]]:
     return sorted(found, key=lambda ci: ci["id"])
 
 
-def read_files(files: Sequence[str], globs: Sequence[str]) -> dict[str, str | None]:
-    """Text of each file (``None`` when missing or unreadable); globs add every matching file.
+def read_files(files: Sequence[str], globs: Sequence[str]) -> dict[str, Any]:
+    """Each file's text; ``None`` when it does not exist, ``{"error": why}`` when it is not read
+    (larger than ``PROBE_FILE_MAX_BYTES``, not a regular file, unreadable). Globs add every
+    matching regular file.
 
-    >>> read_files(["/nonexistent"], [])
-    {'/nonexistent': None}
+    >>> read_files(["/nonexistent", "/dev/zero"], [])
+    {'/nonexistent': None, '/dev/zero': {'error': 'not a regular file (character device)'}}
     """
     paths = list(files)
     for pattern in globs:
         paths += sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
-    texts: dict[str, str | None] = {}
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                texts[path] = f.read()
-        except OSError:
-            texts[path] = None
-    return texts
+    return {path: read_file(path) for path in paths}
+
+
+def read_file(path: str, limit: int = PROBE_FILE_MAX_BYTES) -> str | dict[str, str] | None:
+    """One file as ``read_files`` reports it, never reading more than ``limit`` + 1 bytes."""
+    try:
+        # O_NONBLOCK: opening a FIFO that has no writer must not wait for one.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        return {"error": f"unreadable: {e.strerror}"}
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return {"error": f"not a regular file ({_file_kind(info.st_mode)})"}
+        if info.st_size > limit:
+            return {"error": f"larger than {limit} bytes ({info.st_size}); the probe reads no more"}
+        chunks, size = [], 0
+        while size <= limit:  # st_size can be 0 for files whose size the kernel does not know
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            return {"error": f"larger than {limit} bytes; the probe reads no more"}
+        return b"".join(chunks).decode("utf-8", errors="replace")
+    except OSError as e:
+        return {"error": f"unreadable: {e.strerror}"}
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -200,7 +276,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="PATH",
-        help="include this file's text (repeatable)",
+        help=f"include this file's text (repeatable; at most {PROBE_FILE_MAX_BYTES} bytes, "
+        'else {"error": why})',
     )
     parser.add_argument(
         "--glob",

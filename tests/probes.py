@@ -7,12 +7,12 @@ from gpuprov.compare import wanted_files
 from gpuprov.contract import (
     CRI_PLUGIN,
     MIG_LAYOUT_PATH,
+    MIG_UNIT_PATH,
     PROBE_SCHEMA,
     containerd_drop_in_glob,
     containerd_drop_in_path,
 )
-from gpuprov.deploys.mig import layout_text
-from gpuprov.hostfiles import device_plugin, kubelet
+from gpuprov.hostfiles import device_plugin, kubelet, mig_layout, mig_unit
 from gpuprov.plan import HostPlan
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -33,7 +33,8 @@ def matching_probe(plan: HostPlan) -> dict:
         f'  options = {{BinaryName = "/usr/bin/nvidia-container-runtime"}}\n'
     )
     if plan.mode == "mig":
-        files[MIG_LAYOUT_PATH] = layout_text(plan)
+        files[MIG_LAYOUT_PATH] = mig_layout.render(plan)
+        files[MIG_UNIT_PATH] = mig_unit.render(plan)
     return {
         "schema": PROBE_SCHEMA,
         "nvml": "ok",

@@ -404,14 +404,14 @@ def test_check_reports_what_would_change_and_changes_nothing(host):
     assert host.state() == before and host.smi_log() == []
 
 
-def test_layout_naming_a_gpu_the_host_lacks_fails_before_touching_anything(host):
+def test_layout_naming_a_gpu_the_host_lacks_is_refused_before_touching_anything(host, capsys):
     host.write_layout({0: {"7g.80gb": 1}, 5: {"7g.80gb": 1}})
     before = host.state()
 
-    code, report = host.apply()
+    code = main(["apply", "--layout", str(host.path / "mig-layout.json")])
 
-    assert code == 1
-    assert report["error"] == "the layout names GPU 5 but the host has 2 GPU(s)"
+    assert code == 2
+    assert "GPU 5: the host has 2 GPU(s) (0-1)" in capsys.readouterr().err
     assert host.state() == before
 
 

@@ -18,6 +18,8 @@ import yaml
 
 from gpuprov.agent import bundle, zipmain
 from gpuprov.catalog import find_model
+from gpuprov.contract import SIM_PYTHON_ENV
+from gpuprov.lab.packages import sim_payload
 from gpuprov.mig.solver import solve
 from gpuprov.sim import state as sim_state
 
@@ -32,20 +34,31 @@ def test_entries_are_sorted_with_fixed_times_and_only_host_side_modules():
     names = archive.namelist()
     assert names == sorted(names)
     assert {i.date_time for i in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
-    assert {
-        "__main__.py",
-        "pynvml.py",
-        "gpuprov/__init__.py",
-        "gpuprov/probe.py",
-        "gpuprov/agent/apply.py",
-        "gpuprov/mig/diff.py",
-        "gpuprov/sim/nvml.py",
-        "gpuprov/catalog/gpus.yaml",
-    } <= set(names)
-    for planner_side in ("gpuprov/plan.py", "gpuprov/mig/solver.py", "gpuprov/cli/__init__.py"):
-        assert planner_side not in names
-    assert not [n for n in names if "__pycache__" in n]
+    agent = sorted(f"gpuprov/agent/{p.name}" for p in Path(bundle.__file__).parent.glob("*.py"))
+    assert names == sorted(
+        [
+            "__main__.py",
+            "pynvml.py",
+            "gpuprov/__init__.py",
+            "gpuprov/contract.py",
+            "gpuprov/findings.py",
+            "gpuprov/probe.py",
+            *agent,
+            "gpuprov/hostfiles/__init__.py",
+            "gpuprov/hostfiles/mig_layout.py",
+            "gpuprov/mig/__init__.py",
+            "gpuprov/mig/diff.py",
+            "gpuprov/mig/instance.py",
+        ]
+    )
     assert archive.read("__main__.py") == Path(zipmain.__file__).read_bytes()
+
+
+def test_production_hosts_get_no_simulator_and_no_catalog():
+    names = zipfile.ZipFile(io.BytesIO(bundle.build_bundle())).namelist()
+
+    assert [n for n in names if n.startswith("gpuprov/sim/")] == []
+    assert [n for n in names if n.startswith("gpuprov/catalog/") or n.endswith(".yaml")] == []
 
 
 def test_the_bundled_pynvml_is_the_installed_nvidia_ml_py():
@@ -75,8 +88,13 @@ def test_a_module_importing_a_non_host_package_is_refused():
     for name, source in files.items():
         with pytest.raises(bundle.BundleError, match=f"{name} imports"):
             bundle._check_imports({name: source})
-    # The simulation may read its YAML catalog; the stdlib and pynvml are fine everywhere.
-    bundle._check_imports({"gpuprov/sim/x.py": b"import yaml\nimport json\nimport pynvml\n"})
+    # The stdlib and pynvml are fine; an import only a type checker reads never runs.
+    bundle._check_imports(
+        {
+            "gpuprov/agent/x.py": b"import json\nimport pynvml\nfrom typing import TYPE_CHECKING\n"
+            b"if TYPE_CHECKING:\n    from gpuprov.plan import HostPlan\n"
+        }
+    )
 
 
 # --- the bundle on its own: a clean interpreter whose sys.path is the zip (+ the stdlib) ---
@@ -129,11 +147,20 @@ def test_bundle_runs_probe_and_apply_without_any_installed_package(agent, tmp_pa
     assert apply.stderr.splitlines()[-1] == "False"
 
 
+def lab_simulator(tmp_path: Path) -> Path:
+    """The simulator as the lab's simulated driver package installs it (its own directory)."""
+    root = tmp_path / "nvidia-sim" / "python"
+    for rel, data in sim_payload().items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
 def test_bundle_probes_and_checks_a_simulated_host(agent, tmp_path):
     state = tmp_path / "gpus.json"
     sim_state.write_new(str(state), sim_state.new_state("A100-80GB", 2, seed="bundle"))
     only_yaml = tmp_path / "only-yaml"
-    shutil.copytree(Path(yaml.__file__).parent, only_yaml / "yaml")  # the simulation's catalog
+    shutil.copytree(Path(yaml.__file__).parent, only_yaml / "yaml")  # the simulator's catalog
     layout = tmp_path / "mig-layout.json"
     instances = solve(find_model("A100-80GB"), {"3g.40gb": 2}).instances
     layout.write_text(
@@ -146,7 +173,7 @@ def test_bundle_probes_and_checks_a_simulated_host(agent, tmp_path):
             }
         )
     )
-    env = {"GPUPROV_NVML_SIM": str(state)}
+    env = {"GPUPROV_NVML_SIM": str(state), SIM_PYTHON_ENV: str(lab_simulator(tmp_path))}
 
     probe = run_isolated(agent, "probe", extra_path=only_yaml, env=env)
     check = run_isolated(
@@ -208,13 +235,15 @@ def run_main(agent: Path, *args: str, extra_path: Path, env: dict) -> subprocess
 
 @pytest.fixture
 def sim_host(tmp_path) -> tuple[dict, Path]:
-    """The environment of a host with 8 simulated A100s, and a directory holding only pyyaml."""
+    """The environment of a lab host with 8 simulated A100s (the simulator where its driver
+    package puts it), and a directory holding only pyyaml (the simulator's catalog reads YAML)."""
     state = tmp_path / "gpus.json"
     sim_state.write_new(str(state), sim_state.new_state("A100-80GB", 8, seed="cache"))
     only_yaml = tmp_path / "only-yaml"
-    shutil.copytree(Path(yaml.__file__).parent, only_yaml / "yaml")  # the simulation's catalog
+    shutil.copytree(Path(yaml.__file__).parent, only_yaml / "yaml")  # the simulator's catalog
     return {
         "GPUPROV_NVML_SIM": str(state),
+        SIM_PYTHON_ENV: str(lab_simulator(tmp_path)),
         "GPUPROV_AGENT_CACHE": str(tmp_path / "cache"),
     }, only_yaml
 
@@ -306,3 +335,42 @@ def test_a_run_that_loses_the_race_uses_the_winners_copy(agent, tmp_path):
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["agent-winner", "agent.pyz"]
     assert [p.name for p in target.iterdir()] == ["gpuprov"]
+
+
+def test_the_bundle_refuses_a_layout_by_asking_nvml_not_a_catalog(agent, sim_host, tmp_path):
+    env, only_yaml = sim_host
+    layout = tmp_path / "bad-layout.json"
+    layout.write_text(
+        json.dumps(
+            {
+                "schema": "gpuprov.mig-layout/v1",
+                "gpus": [
+                    {
+                        "index": 0,
+                        "mig_enabled": True,
+                        "instances": [
+                            {"profile": "2g.20gb", "profile_id": 9, "start": 0, "size": 4}
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    state = Path(env["GPUPROV_NVML_SIM"])
+    before = state.read_bytes()
+
+    done = run_isolated(agent, "apply", "--layout", str(layout), extra_path=only_yaml, env=env)
+
+    assert done.returncode == 2, done.stderr
+    assert "profile id 9 is 3g.40gb on this GPU, not 2g.20gb" in done.stderr
+    assert state.read_bytes() == before
+
+
+def test_a_lab_host_before_its_driver_package_has_no_nvml_library(agent, sim_host, tmp_path):
+    env, only_yaml = sim_host
+    env = {**env, SIM_PYTHON_ENV: str(tmp_path / "not-installed")}
+
+    done = run_isolated(agent, "probe", extra_path=only_yaml, env=env)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["nvml"] == "library-not-found"

@@ -4,6 +4,8 @@ Runs on the host inside the agent bundle (stdlib + pynvml only), from the deploy
 (``gpuprov-mig.service``: ``apply --boot``). One NVML session per run. The steps, per the diff of
 ``gpuprov/mig/diff.py``:
 
+0. check the layout against the GPUs by NVML's own rules (``rules.py``); a layout they cannot
+   take is refused (exit 2) before anything changes, also under ``--check`` and ``--boot``;
 1. destroy the GIs the diff names (their CIs first) and set the MIG mode where it differs;
 2. create the planned GIs, at their exact placements, on the GPUs whose mode is already right;
 3. reset only the GPUs whose mode change is pending (stopping ``gpu_clients`` if they block it);
@@ -27,12 +29,20 @@ from typing import Any
 
 import pynvml
 
-from gpuprov.agent import nvml_instances
-from gpuprov.agent.layout import Layout
+from gpuprov.agent import nvml_instances, rules
+from gpuprov.agent.layout import MigLayout
 from gpuprov.agent.reset import reset
-from gpuprov.contract import AGENT_EXIT_FAILED, AGENT_EXIT_OK, AGENT_EXIT_REBOOT, MIG_APPLY_LOCK
+from gpuprov.contract import (
+    AGENT_EXIT_BAD_INPUT,
+    AGENT_EXIT_FAILED,
+    AGENT_EXIT_OK,
+    AGENT_EXIT_REBOOT,
+    MIG_APPLY_LOCK,
+)
 from gpuprov.mig.diff import MigActions, MigDiffError, diff
-from gpuprov.probe import init_nvml, read_gpu  # one way into NVML for probe and applier
+
+# One way into NVML for probe and applier.
+from gpuprov.probe import SimulatedDriverError, init_nvml, read_gpu
 
 
 class ApplyFailed(Exception):
@@ -61,6 +71,7 @@ class Report:
     reboot_reason: str | None = None
     stopped_units: tuple[str, ...] = ()
     error: str | None = None
+    refused: list[str] = field(default_factory=list)  # why the layout cannot be applied here
 
     @property
     def changed(self) -> bool:
@@ -73,26 +84,28 @@ class Report:
             "reboot_reason": self.reboot_reason,
             "check": self.check,
             "error": self.error,
+            "refused": self.refused,
             "stopped_units": list(self.stopped_units),
             "gpus": [g.as_dict() for g in self.gpus.values()],
         }
 
 
-def run(layout: Layout, *, boot: bool = False, check: bool = False) -> tuple[int, dict]:
+def run(layout: MigLayout, *, boot: bool = False, check: bool = False) -> tuple[int, dict]:
     """Apply ``layout`` (or only report what would change, with ``check``).
 
-    Returns the exit code and the report: 0 done, 1 failed, 3 a reboot is required and allowed
+    Returns the exit code and the report: 0 done, 1 failed, 2 refused (the layout breaks the
+    driver's MIG rules for these GPUs; nothing was changed), 3 a reboot is required and allowed
     (never from ``boot``, which is what runs after that reboot).
     """
-    report = Report({g["index"]: GpuReport(g["index"]) for g in layout.gpus}, check)
+    report = Report({g.index: GpuReport(g.index) for g in layout.gpus}, check)
     with _exclusive(MIG_APPLY_LOCK):
         return _run_locked(layout, report, boot)
 
 
-def _run_locked(layout: Layout, report: Report, boot: bool) -> tuple[int, dict]:
+def _run_locked(layout: MigLayout, report: Report, boot: bool) -> tuple[int, dict]:
     try:
         init_nvml()
-    except pynvml.NVMLError as e:
+    except (pynvml.NVMLError, SimulatedDriverError) as e:
         report.error = f"NVML: {e}"
         return AGENT_EXIT_FAILED, report.as_dict()
     try:
@@ -120,20 +133,20 @@ def _exclusive(path: str) -> Iterator[None]:
 
 
 class _Applier:
-    def __init__(self, layout: Layout, report: Report, boot: bool):
+    def __init__(self, layout: MigLayout, report: Report, boot: bool):
         self.layout = layout
         self.report = report
         self.boot = boot
-        self.planned = {g["index"]: g for g in layout.gpus}
+        self.planned = {g.index: g for g in layout.gpus}
 
     def run(self) -> int:
-        count = self._nvml("count the GPUs", pynvml.nvmlDeviceGetCount)
-        missing = [i for i in self.planned if i >= count]
-        if missing:
-            raise ApplyFailed(
-                f"the layout names GPU {', '.join(map(str, missing))} but the host "
-                f"has {count} GPU(s)"
-            )
+        # The driver's rules first, for --check, --boot and a real apply alike: a layout this
+        # host cannot take is refused before any instance is destroyed.
+        self.report.refused = self._nvml(
+            "check the layout against the GPUs", rules.problems, self.layout
+        )
+        if self.report.refused:
+            return AGENT_EXIT_BAD_INPUT
         actions = {i: self._diff(i) for i in self.planned}
         for i, a in actions.items():
             self.report.gpus[i].kept = [gi.as_dict() for gi in a.keep]
@@ -159,7 +172,7 @@ class _Applier:
             if after.reset:
                 raise ApplyFailed(
                     f"GPU {i}: MIG mode is still "
-                    f"{'enabled' if self.planned[i]['mig_enabled'] else 'disabled'}"
+                    f"{'enabled' if self.planned[i].mig_enabled else 'disabled'}"
                     " after the reset"
                 )
             self._destroy(i, after)

@@ -27,19 +27,20 @@ SHEBANG = b"#!/usr/bin/env python3\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
 _PACKAGE = Path(__file__).resolve().parents[1]  # the gpuprov package directory
 # What goes in, relative to the gpuprov package: files, or directories taken whole.
+# Product code only: the simulated driver and the catalog stay out (the lab's driver package
+# installs the simulator; the agent asks NVML, not the catalog, what a GPU can do).
 _MEMBERS = (
     "__init__.py",
     "contract.py",
+    "findings.py",
     "probe.py",
     "agent",
+    "hostfiles/__init__.py",
+    "hostfiles/mig_layout.py",
     "mig/__init__.py",
     "mig/diff.py",
     "mig/instance.py",
-    "sim",
-    "catalog",
 )
-# The simulated driver reads the catalog, which is YAML; production hosts never import either.
-_YAML_ALLOWED = ("gpuprov/sim/", "gpuprov/catalog/")
 # The zip's __main__.py: runs the agent from a bytecode-cached copy of the zip (see that module).
 _MAIN = _PACKAGE / "agent" / "zipmain.py"
 
@@ -94,7 +95,7 @@ def _sources() -> dict[str, bytes]:
             else sorted(
                 p
                 for p in path.rglob("*")
-                if p.is_file() and p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts
+                if p.is_file() and p.suffix == ".py" and "__pycache__" not in p.parts
             )
         )
         for p in paths:
@@ -124,8 +125,6 @@ def _check_imports(files: dict[str, bytes]) -> None:
             top = imported.split(".")[0]
             if top in sys.stdlib_module_names or top == "pynvml":
                 continue
-            if top == "yaml" and name.startswith(_YAML_ALLOWED):
-                continue
             if top == "gpuprov" and _bundled(imported, modules, on_disk):
                 continue
             raise BundleError(
@@ -139,7 +138,18 @@ def _imports(name: str, source: bytes) -> list[str]:
     if not name.endswith("__init__.py"):
         package = package.rpartition(".")[0]
     found = []
-    for node in ast.walk(ast.parse(source, filename=name)):
+    tree = ast.parse(source, filename=name)
+    # Imports under `if TYPE_CHECKING:` never run; they name planner-side types for readers.
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -1,7 +1,8 @@
 """The agent's command line: ``python3 agent.pyz probe ...`` and ``python3 agent.pyz apply ...``.
 
-``apply`` prints the JSON report and exits 0 (done), 1 (failed), 2 (bad input: one message on
-stderr) or 3 (a reboot is required and allowed).
+``apply`` prints the JSON report and exits 0 (done), 1 (failed), 2 (a layout file that is
+malformed or breaks the GPUs' MIG rules: one ``error:`` line per problem on stderr, nothing
+changed) or 3 (a reboot is required and allowed).
 
 >>> main(["apply", "--layout", "/etc/gpuprov/mig-layout.json", "--check"])  # doctest: +SKIP
 0
@@ -53,6 +54,10 @@ def _apply(path: str, *, boot: bool, check: bool) -> int:
         print(f"error: {e}", file=sys.stderr)
         return AGENT_EXIT_BAD_INPUT
     code, report = apply.run(planned, boot=boot, check=check)
+    if report["refused"]:
+        for problem in report["refused"]:
+            print(f"error: {path}: {problem}", file=sys.stderr)
+        return code
     print(json.dumps(report, indent=2))
     if report["error"]:
         print(f"error: {report['error']}", file=sys.stderr)

@@ -7,6 +7,7 @@ import sys
 import click
 
 from gpuprov import probe as host_probe
+from gpuprov.contract import PROBE_FILE_MAX_BYTES
 
 
 @click.command()
@@ -15,7 +16,8 @@ from gpuprov import probe as host_probe
     "files",
     multiple=True,
     metavar="PATH",
-    help="Include this file's text (repeatable; missing files are null).",
+    help=f"Include this file's text (repeatable; missing files are null; at most "
+    f'{PROBE_FILE_MAX_BYTES} bytes, larger or special files are {{"error": why}}).',
 )
 @click.option(
     "--glob",

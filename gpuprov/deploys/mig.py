@@ -3,47 +3,24 @@ incremental apply (with the reboot the agent may ask for). Hosts outside ``mig``
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pyinfra.api import deploy
 from pyinfra.operations import server, systemd
 
 from gpuprov.agent.bundle import build_bundle
-from gpuprov.contract import (
-    MIG_LAYOUT_PATH,
-    MIG_LAYOUT_SCHEMA,
-    MIG_OFF_PATH,
-    MIG_UNIT,
-    MIG_UNIT_PATH,
-)
-from gpuprov.deploys.render import render
+from gpuprov.contract import MIG_LAYOUT_PATH, MIG_OFF_PATH, MIG_UNIT, MIG_UNIT_PATH
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
+from gpuprov.hostfiles import mig_layout as layout_file
+from gpuprov.hostfiles import mig_unit as unit_file
 from gpuprov.operations.mig import applied, differences, reboot_requested
 from gpuprov.operations.units import service
 from gpuprov.plan import HostPlan
 
 
 def document(plan: HostPlan) -> dict[str, Any]:
-    """The host's mig-layout.json (schema gpuprov.mig-layout/v1); MIG off outside ``mig``."""
-    mig = plan.mode == "mig"
-    return {
-        "schema": MIG_LAYOUT_SCHEMA,
-        "gpus": [
-            {
-                "index": g.index,
-                "mig_enabled": g.mig_enabled and mig,
-                "instances": [i.as_dict() for i in g.instances] if mig else [],
-            }
-            for g in plan.gpus
-        ],
-        "gpu_clients": plan.settings["mig_gpu_clients"],
-        "allow_reboot": plan.settings["mig_reboot"],
-    }
-
-
-def layout_text(plan: HostPlan) -> str:
-    return json.dumps(document(plan), indent=2) + "\n"
+    """The host's mig-layout.json as a dict (``hostfiles/mig_layout.py``); MIG off outside ``mig``."""
+    return layout_file.from_plan(plan).as_dict()
 
 
 def watch(settings: dict, mode: str) -> Watch:
@@ -71,14 +48,10 @@ def agent(view: HostView) -> None:
 @deploy("MIG layout")
 def mig_layout(view: HostView) -> None:
     settings = view.settings
-    agent_path, python = settings["gpuprov_agent_path"], settings["gpuprov_python"]
-    ensure_file(view, f"MIG layout {MIG_LAYOUT_PATH}", MIG_LAYOUT_PATH, layout_text(view.plan))
-    unit = ensure_file(
-        view,
-        f"boot unit {MIG_UNIT}",
-        MIG_UNIT_PATH,
-        render("gpuprov-mig.service.j2", python=python, agent=agent_path, layout=MIG_LAYOUT_PATH),
+    ensure_file(
+        view, f"MIG layout {MIG_LAYOUT_PATH}", MIG_LAYOUT_PATH, layout_file.render(view.plan)
     )
+    unit = ensure_file(view, f"boot unit {MIG_UNIT}", MIG_UNIT_PATH, unit_file.render(view.plan))
     if unit:
         systemd.daemon_reload(name="systemd daemon-reload", _if=changed(unit))
     if view.units.get(MIG_UNIT, {}).get("enabled") != "enabled":

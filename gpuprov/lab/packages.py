@@ -21,14 +21,14 @@ from pathlib import Path
 import pynvml
 
 import gpuprov
-from gpuprov.contract import SIM_STATE_PATH
+from gpuprov.contract import SIM_PYTHON_DIR, SIM_STATE_PATH
 from gpuprov.lab.debs import File, Package
 
 DRIVER_BRANCH = "550"
 DRIVER_VERSIONS = ("550.127.05", "550.144.03")  # upstream; the Debian version adds "-1"
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.18.0-1")  # Debian versions, as NVIDIA's repository has them
 SIM_STATE = SIM_STATE_PATH
-SIM_PYTHON = "/usr/lib/nvidia-sim/python"
+SIM_PYTHON = SIM_PYTHON_DIR  # the agent bundle has no simulator: the probe finds it here
 
 _HERE = Path(__file__).parent / "packages"
 

@@ -12,7 +12,7 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.api.operation import OperationMeta
 
-from gpuprov.contract import AGENT_EXIT_REBOOT, AGENT_REBOOT_MARK
+from gpuprov.contract import AGENT_EXIT_REBOOT, AGENT_PATH, AGENT_REBOOT_MARK, MIG_LAYOUT_PATH
 from gpuprov.facts.probe import AgentProbe
 from gpuprov.mig.diff import MigActions, MigDiffError, diff
 from gpuprov.operations.refuse import refuse
@@ -51,8 +51,8 @@ def reboot_requested(meta: OperationMeta) -> bool:
 @operation()
 def applied(
     document: dict[str, Any],
-    layout_path: str = "/etc/gpuprov/mig-layout.json",
-    agent_path: str = "/usr/lib/gpuprov/agent.pyz",
+    layout_path: str = MIG_LAYOUT_PATH,
+    agent_path: str = AGENT_PATH,
     python: str = "python3",
     upload: bool = False,
 ):
@@ -75,9 +75,9 @@ def applied(
 
     .. code:: python
 
-        applied(document={"schema": "gpuprov.mig-layout/v1", "gpus": [
+        applied(document={"schema": MIG_LAYOUT_SCHEMA, "gpus": [
             {"index": 0, "mig_enabled": False, "instances": []}]},
-            layout_path="/run/gpuprov/mig-off.json", upload=True)
+            layout_path=MIG_OFF_PATH, upload=True)
     """
     node = host.get_fact(AgentProbe, agent_path=agent_path, python=python)
     if node.get("nvml") not in ("ok", "agent-missing"):

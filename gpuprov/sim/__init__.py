@@ -14,17 +14,26 @@ reset/reboot rules, ``smi.py`` a ``nvidia-smi`` on top of pynvml, ``admin.py`` t
 
 from __future__ import annotations
 
+import os
+
 from gpuprov.sim.nvml import SimulatedNvml
+from gpuprov.sim.state import StateError, load
+
+__all__ = ["SimulatedNvml", "StateError", "install"]
 
 
 def install(path: str) -> SimulatedNvml:
     """Make pynvml use the simulated driver in state file ``path``; returns the library object.
 
     Sets ``pynvml.nvmlLib`` and empties pynvml's function-pointer cache, so functions looked up
-    earlier (from another library object) are looked up again.
+    earlier (from another library object) are looked up again. A state file that exists but is
+    malformed raises StateError with what is wrong (a missing one is "no driver installed", which
+    ``nvmlInit`` reports as the real library would).
     """
     import pynvml
 
+    if os.path.exists(path):
+        load(path)
     lib = SimulatedNvml(path)
     with pynvml.libLoadLock:
         pynvml.nvmlLib = lib

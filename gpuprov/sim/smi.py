@@ -30,7 +30,7 @@ from typing import Any
 import pynvml
 
 from gpuprov.contract import NVML_PROFILE_ABSENT, SIM_ENV, SIM_STATE_PATH
-from gpuprov.sim import install
+from gpuprov.sim import StateError, install
 from gpuprov.sim import state as sim_state
 
 EXIT_OK, EXIT_ARGUMENT, EXIT_NOT_SUPPORTED, EXIT_PERMISSION = 0, 2, 3, 4
@@ -72,7 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(path: str, command: Callable[[], int]) -> int:
-    install(path)
+    try:
+        install(path)
+    except StateError as e:
+        print(f"Failed to initialize NVML: {e}")
+        return EXIT_OTHER
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError_LibraryNotFound:

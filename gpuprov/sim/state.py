@@ -21,6 +21,7 @@ import copy
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -35,6 +36,21 @@ DEFAULT_DRIVER_VERSION = "550.127.05"
 _UUID_NAMESPACE = uuid.UUID("5a1c0d3e-6f0b-4c8e-9a43-6770757072f6")
 
 State = dict[str, Any]
+NoneType = type(None)
+_DRIVER_VERSION = re.compile(r"\d{2,4}(\.\d{1,4}){1,2}")
+_PCI_BUS_ID = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+_PLACED = {"id": int, "start": int, "size": int}
+_GPU_KEYS = {
+    "index": int,
+    "model": str,
+    "uuid": str,
+    "pci_bus_id": str,
+    "mig_current": bool,
+    "mig_pending": bool,
+    "gpu_instances": list,
+    "busy": bool,
+    "held_by": list,
+}
 
 
 class StateError(Exception):
@@ -95,7 +111,90 @@ def load(path: str) -> State:
         raise StateError(f"{path}: cannot read simulated driver state: {e}") from None
     if not isinstance(state, dict) or state.get("schema") != SIM_SCHEMA:
         raise StateError(f"{path}: not a {SIM_SCHEMA} state file")
+    problem = _problem(state)
+    if problem:
+        raise StateError(f"{path}: not a valid {SIM_SCHEMA} state file: {problem}")
     return state
+
+
+def _problem(state: State) -> str | None:
+    """The first way ``state`` differs from what the simulated driver reads, or None.
+
+    Every call of the simulation reads the file, so a hand edit with a missing key or a wrong
+    type must be one clear error here, not a KeyError deep inside a driver call.
+    """
+    driver = state.get("driver")
+    if not _shaped(driver, {"loaded": bool, "version": str}):
+        return "driver must be {loaded: true|false, version: text}"
+    if not _DRIVER_VERSION.fullmatch(driver["version"]):
+        return f"driver.version {driver['version']!r} is not a driver version like 550.127.05"
+    faults = state.get("faults")
+    if not isinstance(faults, dict) or not isinstance(faults.get("fail_after"), (dict, NoneType)):
+        return "faults must be {fail_after: null or {function, successes, ...}}"
+    fault = faults["fail_after"]
+    if fault is not None and not (
+        _shaped(
+            fault, {"function": str, "successes": int}, {"succeeded": int, "error": (str, NoneType)}
+        )
+    ):
+        return "faults.fail_after must be {function: text, successes: count, succeeded?, error?}"
+    gpus = state.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return "gpus must be a non-empty list"
+    for position, gpu in enumerate(gpus):
+        problem = _gpu_problem(gpu, position)
+        if problem:
+            return problem
+    return None
+
+
+def _gpu_problem(gpu: Any, position: int) -> str | None:
+    where = f"gpus[{position}]"
+    if not _shaped(gpu, _GPU_KEYS):
+        keys = ", ".join(f"{k} ({_type_name(t)})" for k, t in _GPU_KEYS.items())
+        return f"{where} must have {keys}"
+    if gpu["index"] != position:
+        return f"{where}.index is {gpu['index']}, expected {position}"
+    if catalog.find_model(gpu["model"]) is None:
+        return f"{where}.model {gpu['model']!r} is not a catalog model"
+    if not _PCI_BUS_ID.fullmatch(gpu["pci_bus_id"]):
+        return f"{where}.pci_bus_id {gpu['pci_bus_id']!r} is not like 00000000:07:00.0"
+    if not all(isinstance(unit, str) for unit in gpu["held_by"]):
+        return f"{where}.held_by must list unit names"
+    for n, gi in enumerate(gpu["gpu_instances"]):
+        if not _shaped(gi, {**_PLACED, "profile_id": int, "compute_instances": list}):
+            return f"{where}.gpu_instances[{n}] must have id, profile_id, start, size, compute_instances"
+        for k, ci in enumerate(gi["compute_instances"]):
+            if not _shaped(ci, {**_PLACED, "profile_id": int}):
+                return (
+                    f"{where}.gpu_instances[{n}].compute_instances[{k}] must have id, profile_id, "
+                    "start, size"
+                )
+    return None
+
+
+def _shaped(value: Any, required: dict[str, Any], optional: dict[str, Any] | None = None) -> bool:
+    """A dict with every ``required`` key of its type (bool is not an int) and any ``optional``."""
+    if not isinstance(value, dict):
+        return False
+    wanted = {**required, **(optional or {})}
+    for key, kind in wanted.items():
+        if key not in value:
+            if key in required:
+                return False
+            continue
+        item = value[key]
+        if isinstance(item, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            return False
+        if not isinstance(item, kind):
+            return False
+        if isinstance(item, int) and not isinstance(item, bool) and item < 0:
+            return False
+    return True
+
+
+def _type_name(kind: Any) -> str:
+    return {bool: "true|false", str: "text", int: "count", list: "list"}[kind]
 
 
 @contextlib.contextmanager
