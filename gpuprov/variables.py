@@ -22,6 +22,7 @@ from gpuprov.contract import (
     DEVICE_PLUGIN_CONFIG_PATH,
     KUBELET_CONFIG_PATH,
 )
+from gpuprov.packaging.profiles import profiles
 
 NOT_SET = object()
 
@@ -123,20 +124,19 @@ _VARIABLES = [
     Variable(
         "driver_version",
         None,
-        "Pinned NVIDIA driver version (`550.127.05`); None leaves the driver unmanaged.",
+        "Pinned NVIDIA driver, upstream version (`535.261.03`): the deploy installs and holds "
+        "the Debian version of it that the host's apt sources have; None leaves the driver "
+        "unmanaged.",
         _optional(_str),
     ),
     Variable(
-        "driver_packages",
-        ["nvidia-driver-{branch}-server"],
-        "Driver packages to install and hold; `{branch}` is the driver version's first field.",
-        _str_list,
-    ),
-    Variable(
-        "driver_package_version",
-        "{version}-1",
-        "Debian version string of the driver packages; `{version}` is `driver_version`.",
-        _str,
+        "driver_source",
+        None,
+        "Package source that names and versions the driver's packages: "
+        + ", ".join(f"`{name}`" for name in profiles())
+        + " (gpuprov/packaging/sources.yaml); None takes the host's distribution default "
+        "from its /etc/os-release.",
+        _optional(_choice(*profiles())),
     ),
     Variable(
         "driver_repo_url",
@@ -175,8 +175,8 @@ _VARIABLES = [
     Variable(
         "container_toolkit_version",
         None,
-        "Pinned nvidia-container-toolkit Debian version "
-        "(`1.17.8-1`); None leaves the toolkit unmanaged.",
+        "Pinned NVIDIA container toolkit, upstream (`1.17.8`) or Debian version (`1.17.8-1`), "
+        "of its four packages; None leaves the toolkit unmanaged.",
         _optional(_str),
     ),
     Variable(

@@ -89,6 +89,11 @@ def repositories(settings: Mapping[str, Any]) -> list[Repository]:
     return out
 
 
+def repository(settings: Mapping[str, Any], name: str) -> Repository | None:
+    """The plan's repository ``name`` (DRIVER_REPO, TOOLKIT_REPO), if it adds one."""
+    return next((r for r in repositories(settings) if r.name == name), None)
+
+
 def paths(plan: Any) -> list[str]:
     out = []
     for repo in repositories(plan.settings):

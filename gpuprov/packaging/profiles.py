@@ -146,6 +146,45 @@ def every_driver_name(version: str, persistenced: bool = True) -> tuple[str, ...
     return tuple(names)
 
 
+def _templates(era: Era) -> list[str]:
+    optional = (era.nvml, era.persistenced, era.fabric_manager, era.lock)
+    return list(era.driver) + [t for t in optional if t]
+
+
+def installed_patterns(source: Profile) -> tuple[str, ...]:
+    """dpkg-query patterns of every driver package ``source`` names, any branch or era: what to
+    look for on a host to find the driver it has now.
+
+    >>> installed_patterns(profile("cuda-ubuntu"))[:2]
+    ('nvidia-dkms-*-open', 'nvidia-utils-*')
+    """
+    out = {
+        t.replace("{branch}", "*").replace("{version}", "*"): None
+        for era in source.eras
+        for t in _templates(era)
+    }
+    return tuple(out)
+
+
+def replaced(source: Profile, wanted: DriverPackages, installed: list[str]) -> list[str]:
+    """Those ``installed`` packages that are ``source``'s driver of another branch or era: a
+    branch change removes them in the same transaction that installs ``wanted``.
+
+    >>> new = driver_packages(profile("cuda-ubuntu"), "590.48.01", persistenced=False)
+    >>> replaced(profile("cuda-ubuntu"), new, ["libnvidia-compute-580", "libnvidia-compute"])
+    ['libnvidia-compute-580']
+    """
+    patterns = [
+        re.compile(re.escape(t).replace(r"\{branch\}", r"\d+").replace(r"\{version\}", r"[\d.]+"))
+        for era in source.eras
+        for t in _templates(era)
+    ]
+    keep = set(wanted.names)
+    return [
+        name for name in installed if name not in keep and any(p.fullmatch(name) for p in patterns)
+    ]
+
+
 def select(source: str | None, distribution: str | None) -> Profile:
     """The profile named ``source``, or, when None, the one of the host's distribution (the
     ``ID`` of its /etc/os-release)."""
