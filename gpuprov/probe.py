@@ -10,7 +10,7 @@ does: every NVML_GPU_INSTANCE_PROFILE_* constant gives a profile info whose ``id
 numbering, the one ``-cgi`` and ``GpuInstanceInfo.profileId`` use) lists that profile's GIs.
 
     $ python3 -m gpuprov.probe --file /etc/nvidia/device-plugin/config.yaml
-    {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "550.127.05", ...}
+    {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "535.261.03", ...}
 """
 
 from __future__ import annotations

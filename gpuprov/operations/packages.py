@@ -60,6 +60,19 @@ def targets(
     return out
 
 
+def install_specs(wanted: Mapping[str, str], wrong: Sequence[str], remove: Sequence[str]) -> str:
+    """The `apt-get install` arguments: ``wrong`` at their wanted version, ``remove`` removed.
+
+    >>> install_specs({"nvidia-driver": "535.261.03-1"}, ["nvidia-driver"], ["nvidia-driver-550"])
+    'nvidia-driver=535.261.03-1 nvidia-driver-550-'
+    """
+    # `name-` removes in the same transaction (apt-get(8)): a branch change never leaves the
+    # old branch's packages beside the new ones.
+    return " ".join(
+        [shlex.quote(f"{p}={wanted[p]}") for p in wrong] + [shlex.quote(f"{p}-") for p in remove]
+    )
+
+
 @operation()
 def pinned(
     packages: list[str],
@@ -116,13 +129,7 @@ def pinned(
         unhold = [p for p in wrong + removing if current.get(p, {}).get("held")]
         if unhold:
             yield StringCommand("apt-mark", "unhold", *map(shlex.quote, unhold))
-        # `name-` removes in the same transaction (apt-get(8)): a branch change never leaves
-        # the old branch's packages beside the new ones.
-        specs = " ".join(
-            [shlex.quote(f"{p}={wanted[p]}") for p in wrong]
-            + [shlex.quote(f"{p}-") for p in removing]
-        )
-        yield StringCommand(f"{APT_INSTALL} {specs}")
+        yield StringCommand(f"{APT_INSTALL} {install_specs(wanted, wrong, removing)}")
     if held:
         yield StringCommand("apt-mark", "hold", *map(shlex.quote, sorted(wanted)))
     elif holds:
