@@ -88,10 +88,15 @@ class DriverPackages:
     own: tuple[str, ...]  # installed at the version the source has (then held)
     pin: tuple[str, ...]  # apt preferences `Package:` patterns pinned to the driver version
     revision: str  # the source's Debian revision, a regular expression
+    version: str = ""  # the planned upstream version
 
     @property
     def names(self) -> tuple[str, ...]:
         return self.own + self.exact
+
+    @property
+    def branch(self) -> int:
+        return branch_of(self.version)
 
 
 def branch_of(version: str) -> int:
@@ -130,6 +135,7 @@ def driver_packages(
         own=tuple(own),
         pin=tuple(p.format(**fields) for p in era.pin),
         revision=era.revision,
+        version=version,
     )
 
 
@@ -167,22 +173,47 @@ def installed_patterns(source: Profile) -> tuple[str, ...]:
 
 
 def replaced(source: Profile, wanted: DriverPackages, installed: list[str]) -> list[str]:
-    """Those ``installed`` packages that are ``source``'s driver of another branch or era: a
-    branch change removes them in the same transaction that installs ``wanted``.
+    """Those ``installed`` packages that are ``source``'s driver of another branch (a name with
+    another branch in it) or of another naming era (a name the planned era does not use): a
+    branch change removes them in the same transaction that installs ``wanted``. Packages the
+    plan merely leaves out (persistenced switched off) are not touched.
 
     >>> new = driver_packages(profile("cuda-ubuntu"), "590.48.01", persistenced=False)
     >>> replaced(profile("cuda-ubuntu"), new, ["libnvidia-compute-580", "libnvidia-compute"])
     ['libnvidia-compute-580']
+    >>> old = driver_packages(profile("ubuntu-archive"), "550.127.05", persistenced=False)
+    >>> replaced(profile("ubuntu-archive"), old, ["nvidia-compute-utils-550-server",
+    ...          "nvidia-driver-535-server", "nvidia-driver-550-server"])
+    ['nvidia-driver-535-server']
     """
-    patterns = [
-        re.compile(re.escape(t).replace(r"\{branch\}", r"\d+").replace(r"\{version\}", r"[\d.]+"))
-        for era in source.eras
-        for t in _templates(era)
-    ]
-    keep = set(wanted.names)
-    return [
-        name for name in installed if name not in keep and any(p.fullmatch(name) for p in patterns)
-    ]
+    branch = wanted.branch
+    planned_era = source.era(branch)
+    planned_names = {
+        t.format(branch=branch, version=wanted.version) for t in _templates(planned_era)
+    }
+    out = []
+    for name in installed:
+        named = _naming(source, name)
+        if name in wanted.names or named is None:
+            continue
+        if "branch" in named:
+            if int(named["branch"]) != branch:
+                out.append(name)
+        elif name not in planned_names:
+            out.append(name)
+    return out
+
+
+def _naming(source: Profile, name: str) -> dict[str, str] | None:
+    """None unless ``name`` follows one of ``source``'s templates; then ``{"branch": ...}`` when
+    the name holds a branch, ``{}`` when it does not."""
+    for era in source.eras:
+        for template in _templates(era):
+            pattern = re.escape(template).replace(r"\{branch\}", r"(?P<branch>\d+)")
+            match = re.fullmatch(pattern.replace(r"\{version\}", r"[\d.]+"), name)
+            if match:
+                return match.groupdict()
+    return None
 
 
 def select(source: str | None, distribution: str | None) -> Profile:
