@@ -22,7 +22,7 @@ from gpuprov.contract import (
     DEVICE_PLUGIN_CONFIG_PATH,
     KUBELET_CONFIG_PATH,
 )
-from gpuprov.packaging.profiles import profiles
+from gpuprov.packaging.profiles import driver_version, profiles
 
 NOT_SET = object()
 
@@ -127,7 +127,7 @@ _VARIABLES = [
         "Pinned NVIDIA driver, upstream version (`535.261.03`): the deploy installs and holds "
         "the Debian version of it that the host's apt sources have; None leaves the driver "
         "unmanaged.",
-        _optional(_str),
+        _optional(driver_version),
     ),
     Variable(
         "driver_source",

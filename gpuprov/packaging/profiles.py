@@ -99,6 +99,17 @@ class DriverPackages:
         return branch_of(self.version)
 
 
+def driver_version(value: object) -> str:
+    """``value`` as a planned driver version (upstream, ``535.261.03``); ValueError otherwise.
+
+    >>> driver_version("535.261.03")
+    '535.261.03'
+    """
+    if not isinstance(value, str) or not re.fullmatch(r"\d+\.\d+(\.\d+)?", value):
+        raise ValueError(f"must be an upstream driver version like 535.261.03, got {value!r}")
+    return value
+
+
 def branch_of(version: str) -> int:
     """The driver branch of an upstream version.
 
