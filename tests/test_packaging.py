@@ -16,6 +16,7 @@ from gpuprov.packaging.profiles import (
     parse,
     profile,
     profiles,
+    replaced,
     select,
 )
 from gpuprov.packaging.resolve import resolve, toolkit
@@ -193,3 +194,19 @@ def test_a_malformed_profile_names_the_key(document, message):
 def test_dpkg_version_order(a, b, sign):
     result = versions.compare(a, b)
     assert (result > 0) - (result < 0) == sign
+
+
+def test_moving_to_590_on_cuda_ubuntu_replaces_the_branch_named_packages_and_back():
+    source = profile("cuda-ubuntu")
+    old_names = list(driver_packages(source, "580.95.05", fabric_manager=True).names)
+    new = driver_packages(source, "590.48.01", fabric_manager=True)
+    assert replaced(source, new, old_names + list(new.names)) == old_names
+    # Back to 580: the branch-less 590 names go, and so does the 590 pinning package.
+    old = driver_packages(source, "580.95.05", fabric_manager=True)
+    assert replaced(source, old, list(new.names)) == list(new.names)
+
+
+def test_debian_upgrades_in_place_and_keeps_what_the_plan_leaves_out():
+    source = profile("debian-nonfree")
+    wanted = driver_packages(source, "535.261.03", persistenced=False)
+    assert replaced(source, wanted, [*wanted.names, "nvidia-persistenced"]) == []
