@@ -71,6 +71,12 @@ APT_KEYRINGS_DIR = "/etc/apt/keyrings"
 APT_SOURCES_DIR = "/etc/apt/sources.list.d"
 DRIVER_REPO = "gpuprov-nvidia-driver"  # name of the deb822 source and its keyring
 TOOLKIT_REPO = "gpuprov-nvidia-container-toolkit"
+APT_PREFERENCES_DIR = "/etc/apt/preferences.d"
+# One apt preferences file pins the driver's and the toolkit's packages to the planned versions.
+APT_PIN_PATH = f"{APT_PREFERENCES_DIR}/gpuprov-nvidia.pref"
+# Above 1000: apt installs the pinned version even when that is a downgrade (apt_preferences(5)).
+APT_PIN_PRIORITY = 1001
+OS_RELEASE_PATH = "/etc/os-release"  # its ID chooses the driver's package source by default
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
 FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
 

@@ -35,7 +35,6 @@ from gpuprov.variables import (
     OWN_PREFIX,
     PYINFRA_PREFIXES,
     VARIABLES,
-    check_packages,
     suggest,
 )
 
@@ -307,9 +306,6 @@ class _HostPlanner:
             except ValueError as e:
                 self.problem(str(e), key=name)
         settings.setdefault("mig_strategy", None)
-        if {"driver_version", "driver_packages", "driver_package_version"} <= settings.keys():
-            for key, message in check_packages(settings):
-                self.problem(message, key=key)
         model = settings.get("gpu_model")
         if model is not None and catalog.find_model(model) is None:
             self.problem(catalog.load().unknown_model(model), key="gpu_model")

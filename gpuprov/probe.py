@@ -15,7 +15,7 @@ exist, and ``{"error": why}`` for one the probe does not read: larger than
 unreadable. Reads never block and never hold more than the limit in memory.
 
     $ python3 -m gpuprov.probe --file /etc/nvidia/device-plugin/config.yaml
-    {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "550.127.05", ...}
+    {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "535.261.03", ...}
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ refuses control characters, so no value can inject a line into a file or a messa
 from __future__ import annotations
 
 import re
-import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from gpuprov.contract import (
     POOL_LABEL,
 )
 from gpuprov.errors import has_control, shown
+from gpuprov.packaging.profiles import driver_version, profiles
 
 NOT_SET = object()
 
@@ -58,15 +58,8 @@ LIST_MAX = 64
 # systemd unit names are at most 255 characters (systemd.unit(5)).
 UNIT_NAME_MAX = 255
 
-# The fields the deploy fills into `driver_packages` and `driver_package_version`
-# (gpuprov/deploys/driver.py `packages`): a pattern naming any other field cannot be formatted.
-PACKAGE_NAME_FIELDS = ("branch",)
-PACKAGE_VERSION_FIELDS = ("version",)
-
 # Debian policy 5.6.1 (package names) and 5.6.12 (versions).
-_DEB_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 _DEB_VERSION = re.compile(r"[0-9][A-Za-z0-9.+~:-]*")
-_DRIVER_VERSION = re.compile(r"[0-9]+(\.[0-9]+)*")
 _COMMAND_NAME = re.compile(r"[A-Za-z0-9._+/-]+")
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@\\-]+")
 _WORD = re.compile(r"[A-Za-z0-9._+~/:-]+")
@@ -180,24 +173,6 @@ def _list(item: Callable[[Any], str]) -> Callable[[Any], list[str]]:
     return check
 
 
-def _pattern(fields: tuple[str, ...]) -> Callable[[Any], str]:
-    """A str.format pattern using only ``fields``, by name, with no conversion or format spec
-    (so the deploy can always format it, and a hostile spec cannot ask for a huge string)."""
-    allowed = ", ".join("{" + f + "}" for f in fields)
-
-    def check(value: Any) -> str:
-        try:
-            parsed = list(string.Formatter().parse(_str(value)))
-        except ValueError as e:
-            raise ValueError(f"is not a valid pattern ({e}), got {shown(value)}") from None
-        for _, name, spec, conversion in parsed:
-            if name is not None and (name not in fields or spec or conversion):
-                raise ValueError(f"may only use the fields {allowed}, got {shown(value)}")
-        return value
-
-    return check
-
-
 def _max_pods(value: Any) -> int | str:
     if isinstance(value, str) and value == "auto":
         return value
@@ -269,23 +244,19 @@ _VARIABLES = [
     Variable(
         "driver_version",
         None,
-        "Pinned NVIDIA driver version (`550.127.05`: digits and dots); None leaves the driver "
+        "Pinned NVIDIA driver, upstream version (`535.261.03`): the deploy installs and holds "
+        "the Debian version of it that the host's apt sources have; None leaves the driver "
         "unmanaged.",
-        _optional(_matching(_DRIVER_VERSION, "an NVIDIA driver version like 550.127.05")),
+        _optional(driver_version),
     ),
     Variable(
-        "driver_packages",
-        ["nvidia-driver-{branch}-server"],
-        "Driver packages to install and hold; `{branch}` is the driver version's first field. "
-        "Each must format to a Debian package name.",
-        _list(_pattern(PACKAGE_NAME_FIELDS)),
-    ),
-    Variable(
-        "driver_package_version",
-        "{version}-1",
-        "Debian version string of the driver packages; `{version}` is `driver_version`. "
-        "Must format to a Debian version.",
-        _pattern(PACKAGE_VERSION_FIELDS),
+        "driver_source",
+        None,
+        "Package source that names and versions the driver's packages: "
+        + ", ".join(f"`{name}`" for name in profiles())
+        + " (gpuprov/packaging/sources.yaml); None takes the host's distribution default "
+        "from its /etc/os-release.",
+        _optional(_choice(*profiles())),
     ),
     Variable(
         "driver_repo_url",
@@ -332,9 +303,9 @@ _VARIABLES = [
     Variable(
         "container_toolkit_version",
         None,
-        "Pinned nvidia-container-toolkit Debian version "
-        "(`1.17.8-1`); None leaves the toolkit unmanaged.",
-        _optional(_matching(_DEB_VERSION, "a Debian version like 1.17.8-1")),
+        "Pinned NVIDIA container toolkit, upstream (`1.17.8`) or Debian version (`1.17.8-1`), "
+        "of its four packages; None leaves the toolkit unmanaged.",
+        _optional(_matching(_DEB_VERSION, "a version like 1.17.8 or 1.17.8-1")),
     ),
     Variable(
         "container_toolkit_repo_url",
@@ -610,30 +581,3 @@ def _edits(a: str, b: str) -> int:
             current.append(cost)
         previous2, previous = previous, current
     return previous[-1]
-
-
-def check_packages(settings: dict[str, Any]) -> list[tuple[str, str]]:
-    """Format the driver package patterns with the planned driver version, as the deploy will;
-    ``(key, message)`` for each result that is not a Debian package name or version.
-
-    >>> check_packages({"driver_version": "550.127.05", "driver_packages": ["nvidia-{branch}"],
-    ...                 "driver_package_version": "{version} 1"})
-    [('driver_package_version', "formats to '550.127.05 1', not a Debian version")]
-    """
-    version = settings.get("driver_version")
-    if version is None:
-        return []
-    problems = []
-    branch = version.split(".")[0]
-    for pattern in settings.get("driver_packages", []):
-        name = pattern.format(branch=branch)
-        if not _DEB_NAME.fullmatch(name):
-            problems.append(
-                ("driver_packages", f"formats to {shown(name)}, not a Debian package name")
-            )
-    package_version = settings["driver_package_version"].format(version=version)
-    if not _DEB_VERSION.fullmatch(package_version):
-        problems.append(
-            ("driver_package_version", f"formats to {shown(package_version)}, not a Debian version")
-        )
-    return problems

@@ -13,7 +13,7 @@ def plan_for(tmp_path: Path, mode: str, **data) -> HostPlan:
     data = {
         "gpu_model": "A100-80GB",
         "gpu_count": 2,
-        "driver_version": "550.127.05",
+        "driver_version": "535.261.03",
         "kubelet_config_dir": "/etc/kubernetes/kubelet.conf.d",
         **data,
     }

@@ -40,7 +40,7 @@ def matching_probe(plan: HostPlan) -> dict:
         "nvml": "ok",
         "error": None,
         "driver_version": plan.driver_version,
-        "nvml_version": "12.550.127.05",
+        "nvml_version": "12.535.261.03",
         "gpus": [
             {
                 "index": i,

@@ -74,8 +74,8 @@ def probe(gpus: list[dict], files: dict) -> dict:
         "schema": PROBE_SCHEMA,
         "nvml": "ok",
         "error": None,
-        "driver_version": "550.127.05",
-        "nvml_version": "12.550.127.05",
+        "driver_version": "535.261.03",
+        "nvml_version": "12.535.261.03",
         "gpus": gpus,
         "files": files,
     }
@@ -555,7 +555,7 @@ def test_driver_version_is_checked_only_when_pinned(tmp_path, whole):
     [finding] = compare(plan, observed)
     assert (finding.check, finding.expected, finding.found) == (
         "driver-version",
-        "550.127.05",
+        "535.261.03",
         "535.183.01",
     )
     unpinned = plan_for(tmp_path, "whole_card", driver_version=None)
@@ -583,7 +583,7 @@ def test_no_probe_document_at_all_is_an_agent_finding(whole):
 @pytest.mark.parametrize(
     "state,hint",
     [
-        ("library-not-found", "run the deploy (it installs driver 550.127.05)"),
+        ("library-not-found", "run the deploy (it installs driver 535.261.03)"),
         ("driver-not-loaded", "load the nvidia kernel module"),
     ],
 )

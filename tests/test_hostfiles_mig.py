@@ -52,7 +52,7 @@ MIG_HOSTS = {
 
 
 def plan_for(tmp_path, mode: str, **data):
-    data = {"driver_version": "550.127.05", **data}
+    data = {"driver_version": "535.261.03", **data}
     directory = tmp_path / f"inventory-{len(list(tmp_path.iterdir()))}"
     directory.mkdir()
     path = directory / "inv.py"

@@ -131,7 +131,7 @@ STRICT_KEYS = st.sampled_from(
         "mig_layout_by_gpu",
         "container_runtime",
         "containerd_config_path",
-        "driver_packages",
+        "driver_source",
         "kube_node_name",
     ]
 )

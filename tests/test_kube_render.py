@@ -181,7 +181,7 @@ def test_helm_values_follow_the_plan(tmp_path):
         tmp_path,
         """\
         mig = (["m-1"], {"gpu_model": "A100-80GB", "gpu_count": 1,
-            "mig_layout": {"7g.80gb": 1}, "driver_version": "550.127.05"})
+            "mig_layout": {"7g.80gb": 1}, "driver_version": "535.261.03"})
         """,
     )
     cluster = build(load(str(path)))

@@ -60,7 +60,7 @@ def test_a100_with_instances_reports_placements_ids_and_compute_instances(tmp_pa
         "ok",
         None,
     )
-    assert (document["driver_version"], document["nvml_version"]) == ("550.127.05", "12.550.127.05")
+    assert (document["driver_version"], document["nvml_version"]) == ("535.261.03", "12.535.261.03")
     first, second = document["gpus"]
     assert set(first) == GPU_KEYS
     assert (first["index"], first["name"], first["memory_total_mib"], first["pci_bus_id"]) == (
@@ -146,7 +146,7 @@ def test_one_init_and_always_a_shutdown(tmp_path, monkeypatch):
         }
     document = _probe(monkeypatch, path)
     assert (document["nvml"], document["error"], document["gpus"]) == ("error", "GPU is lost", [])
-    assert document["driver_version"] == "550.127.05"
+    assert document["driver_version"] == "535.261.03"
     calls = pynvml.nvmlLib.calls
     assert (calls["nvmlInitWithFlags"], calls["nvmlShutdown"]) == (1, 1)
 

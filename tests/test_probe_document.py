@@ -78,8 +78,8 @@ def good() -> dict:
         "schema": PROBE_SCHEMA,
         "nvml": "ok",
         "error": None,
-        "driver_version": "550.127.05",
-        "nvml_version": "12.550.127.05",
+        "driver_version": "535.261.03",
+        "nvml_version": "12.535.261.03",
         "gpus": [gpu, second],
         "files": {
             "/etc/x.yaml": "a: 1\n",

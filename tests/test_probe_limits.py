@@ -143,7 +143,7 @@ def test_verify_turns_a_file_the_probe_would_not_read_into_a_finding(tmp_path):
     inventory = tmp_path / "inv.py"
     inventory.write_text(
         "whole_card = [('n1', {'gpu_model': 'A100-80GB', 'gpu_count': 1, "
-        "'driver_version': '550.127.05'})]\n"
+        "'driver_version': '535.261.03'})]\n"
     )
     plan = build(load(str(inventory))).host("n1")
     files = wanted_files(plan).files

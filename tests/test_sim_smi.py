@@ -59,7 +59,7 @@ def test_query_gpu_csv_with_and_without_header_and_units(host, capsys):
     )
     uuid = state.load(host)["gpus"][0]["uuid"]
     assert first == (
-        f"0, NVIDIA A100-SXM4-80GB, {uuid}, 550.127.05, 81920 MiB, Enabled, "
+        f"0, NVIDIA A100-SXM4-80GB, {uuid}, 535.261.03, 81920 MiB, Enabled, "
         "Enabled, 00000000:07:00.0"
     )
     assert second.endswith("Disabled, Disabled, 00000000:17:00.0")

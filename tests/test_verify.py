@@ -56,7 +56,7 @@ class SimHost:
         data = {
             "gpu_model": "A100-80GB",
             "gpu_count": 2,
-            "driver_version": "550.127.05",
+            "driver_version": "535.261.03",
             "mig_layout": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},
             "gpuprov_agent_path": str(self.agent),
             "gpuprov_python": sys.executable,

@@ -23,7 +23,7 @@ HOSTS = ("h1", "h2", "h3")
 DATA = {
     "gpu_model": "A100-80GB",
     "gpu_count": 2,
-    "driver_version": "550.127.05",
+    "driver_version": "535.261.03",
     "time_slicing_replicas": 4,
     "kubelet_config_dir": "/etc/kubernetes/kubelet.conf.d",
 }

@@ -1,4 +1,5 @@
-"""The NVIDIA driver: its repository, the pinned and held packages, nouveau blacklisted,
+"""The NVIDIA driver: its repository, the pin file, the packages its source names at the Debian
+version the host's apt sources have for the planned one (held), nouveau blacklisted,
 persistenced and fabric manager, and the reboot a new kernel module needs."""
 
 from __future__ import annotations
@@ -8,28 +9,40 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from gpuprov.contract import (
+    APT_PIN_PATH,
     DRIVER_REPO,
     FABRIC_MANAGER_UNIT,
     NOUVEAU_BLACKLIST_PATH,
+    OS_RELEASE_PATH,
     PERSISTENCED_UNIT,
 )
 from gpuprov.deploys import repo
-from gpuprov.deploys.render import render
 from gpuprov.deploys.view import HostView, Watch, ensure_file
-from gpuprov.operations.packages import pending, pinned
+from gpuprov.hostfiles import apt_preferences, apt_source, nouveau_blacklist
+from gpuprov.operations.packages import installed, pending, pinned, resolution, targets
 from gpuprov.operations.units import service
+from gpuprov.packaging import profiles
+from gpuprov.packaging.profiles import DriverPackages, Profile
+from gpuprov.packaging.versions import upstream
 
 
-def packages(settings: dict) -> dict[str, str]:
-    """Package name -> Debian version for the planned driver (and fabric manager)."""
-    version = settings["driver_version"]
-    branch = version.split(".")[0]
-    deb_version = settings["driver_package_version"].format(version=version)
-    out = {name.format(branch=branch): deb_version for name in settings["driver_packages"]}
-    if settings["driver_fabric_manager"]:
-        # Fabric manager must match the driver exactly (k8s.md section 4).
-        out[f"nvidia-fabricmanager-{branch}"] = deb_version
-    return out
+def source(view: HostView) -> Profile:
+    """The package source of the host's driver (ProfileError when there is none)."""
+    distribution = profiles.os_release_id(view.text(OS_RELEASE_PATH))
+    return profiles.select(view.settings["driver_source"], distribution)
+
+
+def packages(view: HostView) -> tuple[Profile, DriverPackages]:
+    """The host's source and the planned driver's packages on it (ProfileError when the source
+    cannot give what the plan asks for)."""
+    settings = view.settings
+    chosen = source(view)
+    return chosen, profiles.driver_packages(
+        chosen,
+        settings["driver_version"],
+        settings["driver_persistenced"],
+        settings["driver_fabric_manager"],
+    )
 
 
 def units(settings: dict) -> list[str]:
@@ -39,26 +52,55 @@ def units(settings: dict) -> list[str]:
 
 
 def watch(settings: dict) -> Watch:
-    if settings["driver_version"] is None:
-        return Watch()
-    out = Watch(
-        paths=(NOUVEAU_BLACKLIST_PATH,),
-        packages=tuple(packages(settings)),
+    """The pin file always (it may have to go); with a planned driver, every package name and
+    installed-package pattern of its possible sources (the host's /etc/os-release may choose)."""
+    out = Watch(paths=(APT_PIN_PATH,))
+    version = settings["driver_version"]
+    if version is None:
+        return out
+    named = settings["driver_source"]
+    candidates = [profiles.profile(named)] if named else list(profiles.profiles().values())
+    names: dict[str, None] = {}
+    for candidate in candidates:
+        era = candidate.era(profiles.branch_of(version))
+        fields = {"branch": profiles.branch_of(version), "version": version}
+        wanted = profiles.driver_packages(candidate, version, settings["driver_persistenced"])
+        names.update(dict.fromkeys(wanted.names))
+        if era.fabric_manager:
+            names[era.fabric_manager.format(**fields)] = None
+        names.update(dict.fromkeys(profiles.installed_patterns(candidate)))
+    out += Watch(
+        paths=(NOUVEAU_BLACKLIST_PATH,) + (() if named else (OS_RELEASE_PATH,)),
+        read=() if named else (OS_RELEASE_PATH,),
+        packages=tuple(names),
         units=tuple(units(settings)),
     )
-    if settings["driver_repo_url"]:
-        out += repo.watch(DRIVER_REPO, settings["driver_repo_key"])
+    planned = apt_source.repository(settings, DRIVER_REPO)
+    if planned:
+        out += repo.watch(planned)
     return out
 
 
+def removed(view: HostView, chosen: Profile, wanted: DriverPackages) -> list[str]:
+    """Installed driver packages of another branch (or naming era) of the host's source."""
+    present = [name for name, state in view.packages.items() if state.get("version")]
+    return profiles.replaced(chosen, wanted, present)
+
+
 def changes(view: HostView) -> bool:
-    """Whether the installed driver packages differ from the plan (a disruptive change)."""
+    """Whether the installed driver differs from the plan (a disruptive change)."""
     settings = view.settings
-    if settings["driver_version"] is None:
+    version = settings["driver_version"]
+    if version is None:
         return False
-    wrong, _ = pending(view.packages, packages(settings))
+    try:
+        chosen, wanted = packages(view)
+    except profiles.ProfileError:
+        return False  # pre-flight refuses the host
     # A first install is not disruptive: nothing can be using a GPU without a driver.
-    return any(view.packages.get(p, {}).get("version") for p in wrong)
+    current = [view.packages[p]["version"] for p in installed(view.packages, wanted.exact)]
+    moved = [v for v in current if v != version and upstream(v) != version]
+    return bool(moved or removed(view, chosen, wanted))
 
 
 def reboot_pending(view: HostView) -> bool:
@@ -67,34 +109,49 @@ def reboot_pending(view: HostView) -> bool:
     return bool(loaded) and loaded != {view.settings["driver_version"]}
 
 
+def pin_file(view: HostView) -> None:
+    """The pin file as the plan wants it: written before any install, removed when unneeded."""
+    text = apt_preferences.render(view.plan, profiles.os_release_id(view.text(OS_RELEASE_PATH)))
+    ensure_file(
+        view,
+        f"apt pin file {APT_PIN_PATH}",
+        APT_PIN_PATH,
+        text or "",
+        present=text is not None,
+    )
+
+
 @deploy("NVIDIA driver")
 def driver(view: HostView) -> None:
     settings = view.settings
     version = settings["driver_version"]
+    pin_file(view)
     if version is None:
         return
-    if settings["driver_repo_url"]:
-        repo.repository(
-            view,
-            DRIVER_REPO,
-            settings["driver_repo_url"],
-            settings["driver_repo_suite"],
-            settings["driver_repo_components"],
-            settings["driver_repo_key"],
-        )
+    chosen, wanted = packages(view)  # pre-flight has refused a host where this fails
+    planned = repo.planned(view, DRIVER_REPO)
+    if planned:
+        repo.repository(view, planned)
 
     ensure_file(
-        view,
-        "blacklist nouveau",
-        NOUVEAU_BLACKLIST_PATH,
-        render("gpuprov-blacklist-nouveau.conf.j2"),
+        view, "blacklist nouveau", NOUVEAU_BLACKLIST_PATH, nouveau_blacklist.render(view.plan)
     )
 
-    wanted = packages(settings)
-    wrong, holds = pending(view.packages, wanted)
+    resolved = resolution(view.packages, wanted.exact, version, wanted.revision, wanted.own)
+    remove = removed(view, chosen, wanted)
+    wrong, holds = pending(view.packages, targets(view.packages, resolved, wanted.own))
     install = None
-    if wrong or holds:
-        install = pinned(name=f"driver {version}: pinned and held packages", packages=wanted)
+    # Unresolved here (a repository added by this run): the operation resolves when it runs.
+    if resolved.missing or wrong or holds or remove:
+        install = pinned(
+            name=f"driver {version} from {chosen.name}: pinned and held packages",
+            packages=list(wanted.exact),
+            version=version,
+            what="driver",
+            revision=wanted.revision,
+            own=list(wanted.own),
+            remove=remove,
+        )
 
     wanted_units = units(settings)
     if any(
@@ -104,7 +161,8 @@ def driver(view: HostView) -> None:
     ):
         service(name="driver services enabled and running", units=wanted_units)
 
-    needs_reboot = bool(wrong) or reboot_pending(view)
+    exact_wrong = [p for p in wrong if p in wanted.exact]
+    needs_reboot = bool(resolved.missing or exact_wrong or remove) or reboot_pending(view)
     if not needs_reboot:
         return
     if settings["driver_reboot"]:

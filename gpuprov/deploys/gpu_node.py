@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from gpuprov.deploys import device_plugin, driver, kubelet, leftovers, mig, runtime
+from gpuprov.deploys import device_plugin, driver, kubelet, leftovers, mig, runtime, versions
 from gpuprov.deploys.drain import drain, uncordon
 from gpuprov.deploys.preflight import preflight
 from gpuprov.deploys.view import HostView, Watch
@@ -40,7 +40,7 @@ def disruptions(view: HostView) -> list[str]:
 def gpu_node(plan: HostPlan) -> None:
     view = HostView(plan)
     view.read(watch(plan))
-    if not preflight(plan, view.hardware):
+    if not preflight(plan, view.hardware) or not versions.available(view):
         return
     reasons = disruptions(view)
     if reasons:

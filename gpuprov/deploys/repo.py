@@ -1,51 +1,34 @@
-"""An apt repository: its signing keyring and its deb822 source, then `apt-get update`."""
+"""An apt repository the plan adds: its signing keyring and its deb822 source (both rendered by
+``gpuprov.hostfiles.apt_source``), then `apt-get update` only when either changed."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyinfra.operations import apt
 
-from gpuprov.contract import APT_KEYRINGS_DIR, APT_SOURCES_DIR, FILE_MODE
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
-from gpuprov.operations.files import is_current
-from gpuprov.operations.packages import source, source_text
+from gpuprov.hostfiles import apt_source
 
 
-def keyring_path(name: str, key: str) -> str:
-    # apt reads an armored key only from a .asc file, a binary one from .gpg (sources.list(5)).
-    armored = Path(key).expanduser().read_bytes().lstrip().startswith(b"-----BEGIN PGP")
-    return f"{APT_KEYRINGS_DIR}/{name}.{'asc' if armored else 'gpg'}"
-
-
-def watch(name: str, key: str | None) -> Watch:
-    paths = [f"{APT_SOURCES_DIR}/{name}.sources"]
-    if key:
-        paths.append(keyring_path(name, key))
+def watch(repo: apt_source.Repository) -> Watch:
+    paths = [repo.source_path] + ([repo.keyring_path] if repo.keyring_path else [])
     return Watch(paths=tuple(paths))
 
 
-def repository(
-    view: HostView, name: str, url: str, suite: str, components: list[str], key: str | None
-) -> None:
-    """Keyring + source ``name``; `apt-get update` only when either changed."""
-    keyring = keyring_path(name, key) if key else None
+def repository(view: HostView, repo: apt_source.Repository):
+    """Keyring + source of ``repo``; returns the `apt-get update` it scheduled, or None."""
     key_op = None
-    if key and keyring:
+    if repo.keyring_path:
         key_op = ensure_file(
-            view, f"apt keyring {keyring}", keyring, Path(key).expanduser().read_bytes()
+            view, f"apt keyring {repo.keyring_path}", repo.keyring_path, repo.key_data()
         )
-    dest = f"{APT_SOURCES_DIR}/{name}.sources"
-    text = source_text(url, suite, components, keyring)
-    source_op = None
-    if dest not in view.files or not is_current(view.files[dest], text.encode(), FILE_MODE):
-        source_op = source(
-            name=f"apt source {dest}",
-            filename=name,
-            uris=url,
-            suites=suite,
-            components=components,
-            signed_by=keyring,
-        )
+    source_op = ensure_file(
+        view, f"apt source {repo.source_path}", repo.source_path, apt_source.render(repo)
+    )
     if key_op or source_op:
-        apt.update(name=f"apt-get update ({name})", _if=changed(key_op, source_op))
+        return apt.update(name=f"apt-get update ({repo.name})", _if=changed(key_op, source_op))
+    return None
+
+
+def planned(view: HostView, name: str) -> apt_source.Repository | None:
+    """The plan's repository ``name`` (DRIVER_REPO, TOOLKIT_REPO), if it adds one."""
+    return apt_source.repository(view.settings, name)

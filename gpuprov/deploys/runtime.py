@@ -15,23 +15,18 @@ from gpuprov.contract import (
 from gpuprov.deploys import repo
 from gpuprov.deploys.render import render
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
+from gpuprov.hostfiles import apt_source
 from gpuprov.operations import containerd, docker
-from gpuprov.operations.packages import pending, pinned
+from gpuprov.operations.packages import pending, pinned, resolution
 from gpuprov.operations.units import restarted
-
-# Pinned together: each depends on the others at the same version (k8s.md 3.4).
-TOOLKIT_PACKAGES = (
-    "nvidia-container-toolkit",
-    "nvidia-container-toolkit-base",
-    "libnvidia-container-tools",
-    "libnvidia-container1",
-)
+from gpuprov.packaging.profiles import TOOLKIT_PACKAGES, TOOLKIT_REVISION
 
 
 def watch(settings: dict) -> Watch:
     out = Watch(packages=TOOLKIT_PACKAGES if settings["container_toolkit_version"] else ())
-    if settings["container_toolkit_version"] and settings["container_toolkit_repo_url"]:
-        out += repo.watch(TOOLKIT_REPO, settings["container_toolkit_repo_key"])
+    planned = apt_source.repository(settings, TOOLKIT_REPO)
+    if planned:
+        out += repo.watch(planned)
     if settings["container_runtime"] == "containerd":
         main = settings["containerd_config_path"]
         return out + Watch(paths=(containerd_drop_in_path(main), main), read=(main,))
@@ -43,21 +38,21 @@ def container_runtime(view: HostView) -> None:
     settings = view.settings
     version = settings["container_toolkit_version"]
     if version:
-        if settings["container_toolkit_repo_url"]:
-            repo.repository(
-                view,
-                TOOLKIT_REPO,
-                settings["container_toolkit_repo_url"],
-                settings["container_toolkit_repo_suite"],
-                settings["container_toolkit_repo_components"],
-                settings["container_toolkit_repo_key"],
-            )
+        planned = repo.planned(view, TOOLKIT_REPO)
+        if planned:
+            repo.repository(view, planned)
         # Without a repository of its own the toolkit comes from the driver's source (or from
-        # the host's own sources).
-        wanted = dict.fromkeys(TOOLKIT_PACKAGES, version)
-        wrong, holds = pending(view.packages, wanted)
-        if wrong or holds:
-            pinned(name=f"container toolkit {version}: pinned and held packages", packages=wanted)
+        # the host's own sources). Unresolved here: the operation resolves when it runs.
+        resolved = resolution(view.packages, TOOLKIT_PACKAGES, version, TOOLKIT_REVISION)
+        wrong, holds = pending(view.packages, resolved.versions)
+        if resolved.missing or wrong or holds:
+            pinned(
+                name=f"container toolkit {version}: pinned and held packages",
+                packages=list(TOOLKIT_PACKAGES),
+                version=version,
+                what="container toolkit",
+                revision=TOOLKIT_REVISION,
+            )
     if settings["container_runtime"] == "containerd":
         _containerd(view)
     else:

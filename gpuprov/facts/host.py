@@ -37,12 +37,12 @@ class HostState(FactBase[State]):
     .. code:: python
 
         {
-            "probe": {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "550.127.05",
+            "probe": {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "535.261.03",
                      "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", ...}], ...},
             "managed": {"files": {...}, "packages": {...}, "units": {...}},
             "hardware": {"source": "nvml", "gpus": [
                 {"index": 0, "name": "NVIDIA H100 80GB HBM3", "pci_device_id": None,
-                 "pci_bus_id": "00000000:07:00.0", "driver_version": "550.127.05"}]},
+                 "pci_bus_id": "00000000:07:00.0", "driver_version": "535.261.03"}]},
         }
     """
 

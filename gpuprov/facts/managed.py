@@ -33,7 +33,7 @@ class ManagedState(FactBase[Managed]):
 
         {
             "files": {"/etc/gpuprov/mig-layout.json": None},
-            "packages": {"nvidia-driver-550-server": {"version": "550.127.05-1", "held": True}},
+            "packages": {"nvidia-driver": {"version": "535.261.03-1", "held": True}},
             "units": {"gpuprov-mig.service": {"enabled": "", "active": "inactive"}},
         }
     """

@@ -45,8 +45,8 @@ class AgentProbe(FactBase[dict[str, Any]]):
             "schema": "gpuprov.probe/v1",
             "nvml": "ok",
             "error": None,
-            "driver_version": "550.127.05",
-            "nvml_version": "12.550.127.05",
+            "driver_version": "535.261.03",
+            "nvml_version": "12.535.261.03",
             "gpus": [{
                 "index": 0, "uuid": "GPU-…", "name": "NVIDIA A100-SXM4-80GB",
                 "memory_total_mib": 81920, "pci_bus_id": "00000000:07:00.0",

@@ -39,7 +39,9 @@ class Package:
     files: dict[str, File] = field(default_factory=dict)
     scripts: dict[str, bytes] = field(default_factory=dict)  # postinst, prerm, ...
     depends: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
     section: str = "misc"
+    source: str | None = None  # the source package, when it is not named like the binary
 
     @property
     def filename(self) -> str:
@@ -54,8 +56,12 @@ class Package:
             ("Section", self.section),
             ("Priority", "optional"),
         ]
+        if self.source:
+            fields.insert(1, ("Source", self.source))
         if self.depends:
             fields.append(("Depends", ", ".join(self.depends)))
+        if self.provides:
+            fields.append(("Provides", ", ".join(self.provides)))
         summary, _, body = self.description.partition("\n")
         lines = [f"{k}: {v}" for k, v in fields] + [f"Description: {summary}"]
         lines += [f" {line}" if line else " ." for line in body.splitlines()]

@@ -1,12 +1,23 @@
-"""The simulated NVIDIA packages the lab repository serves, named and versioned like the real ones.
+"""The simulated NVIDIA packages the lab repositories serve, named, versioned and depending on
+each other as Debian's own (component non-free, gpuprov/packaging/sources.yaml
+``debian-nonfree``), so the deploy meets the real naming.
 
-Two repositories, as NVIDIA has: ``cuda`` (driver, fabric manager) and ``libnvidia-container``
-(the container toolkit set, pinned together). Each package exists at two versions so that an
-upgrade can be tested. The driver ships a private copy of gpuprov's simulator and catalog plus
-nvidia-ml-py's ``pynvml.py`` under /usr/lib/nvidia-sim/python.
+Two repositories: ``non-free`` (the driver at Debian bookworm's version and at
+bookworm-backports' one, and nvidia-persistenced at its own version) and
+``libnvidia-container`` (NVIDIA's toolkit set, pinned together). bookworm's 535.261.03-1 sorts
+after backports' 535.216.03-2~bpo12+1, so the backports version is the older one: the lab
+installs it first and upgrades to bookworm's.
 
->>> sorted({p.name for p in repositories()["cuda"]})
-['nvidia-driver-550-server', 'nvidia-fabricmanager-550']
+The simulator is the "kernel module": ``nvidia-kernel-dkms`` ships a private copy of gpuprov's
+simulator and catalog plus nvidia-ml-py's ``pynvml.py`` under /usr/lib/nvidia-sim/python, and
+loading the driver is its postinst. ``nvidia-driver`` depends on packages at its exact version
+that the deploy does not name (``nvidia-driver-libs``, ``nvidia-alternative``), as Debian's
+does: only the pin file gets those to the planned version.
+
+>>> sorted({p.name for p in repositories()["non-free"]})[:3]
+['firmware-nvidia-gsp', 'libnvidia-ml1', 'nvidia-alternative']
+>>> sorted({p.version for p in repositories()["non-free"] if p.name == "nvidia-driver"})
+['535.216.03-2~bpo12+1', '535.261.03-1']
 >>> sorted({p.version for p in repositories()["libnvidia-container"]})
 ['1.17.8-1', '1.18.0-1']
 """
@@ -24,68 +35,139 @@ import gpuprov
 from gpuprov.contract import SIM_PYTHON_DIR, SIM_STATE_PATH
 from gpuprov.lab.debs import File, Package
 
-DRIVER_BRANCH = "550"
-DRIVER_VERSIONS = ("550.127.05", "550.144.03")  # upstream; the Debian version adds "-1"
+# Upstream -> Debian version, as Debian has them (tests/data/packages/debian-bookworm-*):
+# bookworm-backports' (the older) first, bookworm's second: the lab's upgrade path.
+DEBIAN_VERSIONS = {"535.216.03": "535.216.03-2~bpo12+1", "535.261.03": "535.261.03-1"}
+DRIVER_VERSIONS = tuple(DEBIAN_VERSIONS)
+PERSISTENCED_VERSION = "535.171.04-1~deb12u1"  # its own source, in contrib
+DRIVER_PACKAGES = (
+    "nvidia-driver",
+    "nvidia-driver-libs",
+    "nvidia-alternative",
+    "nvidia-kernel-dkms",
+    "firmware-nvidia-gsp",
+    "nvidia-smi",
+    "libnvidia-ml1",
+    "nvidia-persistenced",
+)
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.18.0-1")  # Debian versions, as NVIDIA's repository has them
 SIM_STATE = SIM_STATE_PATH
 SIM_PYTHON = SIM_PYTHON_DIR  # the agent bundle has no simulator: the probe finds it here
+SOURCE = "nvidia-graphics-drivers"
 
 _HERE = Path(__file__).parent / "packages"
 
 
 def repositories() -> dict[str, list[Package]]:
     """Repository name -> its packages (every version)."""
-    cuda, toolkit = [], []
+    non_free = [_persistenced()]
     for upstream in DRIVER_VERSIONS:
-        cuda += [_driver(upstream), _fabricmanager(upstream)]
+        non_free += _driver(upstream)
+    toolkit = []
     for version in TOOLKIT_VERSIONS:
         toolkit += _toolkit(version)
-    return {"cuda": cuda, "libnvidia-container": toolkit}
+    return {"non-free": non_free, "libnvidia-container": toolkit}
 
 
-def _driver(upstream: str) -> Package:
-    files = {
-        "/usr/bin/nvidia-smi": _file("driver/nvidia-smi", upstream, 0o755),
+def _stub(name: str, text: str) -> dict[str, File]:
+    return {f"/usr/share/doc/{name}/README.gpuprov-lab": File(text.encode())}
+
+
+def _driver(upstream: str) -> list[Package]:
+    """One driver release, in Debian's package split (the parts the deploy installs)."""
+    version = DEBIAN_VERSIONS[upstream]
+
+    def package(name: str, summary: str, **fields) -> Package:
+        fields.setdefault("files", _stub(name, f"Stand-in for Debian's {name} {version}.\n"))
+        return Package(
+            name,
+            version,
+            f"{summary} (gpuprov lab simulation)",
+            source=SOURCE,
+            section=fields.pop("section", "non-free/libs"),
+            **fields,
+        )
+
+    kernel_files = {
         "/usr/sbin/gpuprov-sim": _file("driver/gpuprov-sim", upstream, 0o755),
-        "/usr/bin/nvidia-persistenced": _file("driver/nvidia-persistenced", upstream, 0o755),
-        "/lib/systemd/system/nvidia-persistenced.service": _file(
-            "driver/nvidia-persistenced.service", upstream
-        ),
         "/lib/systemd/system/nvidia-sim-boot.service": _file(
             "driver/nvidia-sim-boot.service", upstream
         ),
         "/lib/systemd/system.conf.d/nvidia-sim.conf": _file("driver/nvidia-sim.conf", upstream),
         **{f"{SIM_PYTHON}/{rel}": File(data) for rel, data in sim_payload().items()},
     }
-    return Package(
-        f"nvidia-driver-{DRIVER_BRANCH}-server",
-        f"{upstream}-1",
-        f"NVIDIA driver metapackage (gpuprov lab simulation)\n"
-        f"Simulated NVIDIA driver {upstream}: nvidia-smi and NVML answer from the GPU state in\n"
-        f"{SIM_STATE}; there is no kernel module.",
-        files=files,
-        scripts={
-            "postinst": _text("driver/postinst", upstream),
-            "prerm": _text("driver/prerm", upstream),
-        },
-        section="non-free/libs",
-    )
+    return [
+        package("nvidia-alternative", "allows the selection of NVIDIA as GLX provider"),
+        package("nvidia-driver-libs", "NVIDIA metapackage (OpenGL/GLX/EGL/GLES libraries)"),
+        package(
+            "firmware-nvidia-gsp",
+            "NVIDIA GSP firmware",
+            provides=(f"firmware-nvidia-gsp (= {upstream})", f"firmware-nvidia-gsp-{upstream}"),
+            section="non-free-firmware/kernel",
+        ),
+        Package(
+            "nvidia-kernel-dkms",
+            version,
+            "NVIDIA binary kernel module DKMS source (gpuprov lab simulation)\n"
+            f"Simulated NVIDIA driver {upstream}: nvidia-smi and NVML answer from the GPU state\n"
+            f"in {SIM_STATE}; installing this package loads it.",
+            files=kernel_files,
+            scripts={
+                "postinst": _text("driver/postinst", upstream),
+                "prerm": _text("driver/prerm", upstream),
+            },
+            depends=(
+                f"firmware-nvidia-gsp (= {upstream}) | firmware-nvidia-gsp-{upstream}",
+                f"nvidia-alternative (= {version})",
+            ),
+            source=SOURCE,
+            section="non-free/kernel",
+        ),
+        package(
+            "libnvidia-ml1",
+            "NVIDIA Management Library (NVML) runtime library",
+            depends=(f"nvidia-alternative (= {version})",),
+        ),
+        package(
+            "nvidia-smi",
+            "NVIDIA System Management Interface",
+            files={"/usr/bin/nvidia-smi": _file("driver/nvidia-smi", upstream, 0o755)},
+            depends=(f"nvidia-alternative (= {version})", f"libnvidia-ml1 (= {version})"),
+            section="non-free/utils",
+        ),
+        package(
+            "nvidia-driver",
+            "NVIDIA metapackage",
+            depends=(
+                f"nvidia-driver-libs (= {version})",
+                f"nvidia-alternative (= {version})",
+                f"nvidia-kernel-dkms (= {version}) | nvidia-kernel-{upstream}",
+            ),
+            section="non-free/x11",
+        ),
+    ]
 
 
-def _fabricmanager(upstream: str) -> Package:
+def _persistenced() -> Package:
+    upstream = PERSISTENCED_VERSION.split("-")[0]
     return Package(
-        f"nvidia-fabricmanager-{DRIVER_BRANCH}",
-        f"{upstream}-1",
-        "Fabric Manager for NVSwitch based systems (gpuprov lab simulation)\n"
-        "Its version must match the driver's exactly, as with the real package.",
+        "nvidia-persistenced",
+        PERSISTENCED_VERSION,
+        "daemon to maintain persistent software state in the NVIDIA driver (gpuprov lab "
+        "simulation)",
         files={
-            "/usr/bin/nv-fabricmanager": _file("fabricmanager/nv-fabricmanager", upstream, 0o755),
-            "/lib/systemd/system/nvidia-fabricmanager.service": _file(
-                "fabricmanager/nvidia-fabricmanager.service", upstream
+            "/usr/bin/nvidia-persistenced": _file(
+                "persistenced/nvidia-persistenced", upstream, 0o755
+            ),
+            "/lib/systemd/system/nvidia-persistenced.service": _file(
+                "persistenced/nvidia-persistenced.service", upstream
             ),
         },
-        depends=(f"nvidia-driver-{DRIVER_BRANCH}-server (= {upstream}-1)",),
-        section="non-free/libs",
+        scripts={
+            "postinst": _text("persistenced/postinst", upstream),
+            "prerm": _text("persistenced/prerm", upstream),
+        },
+        section="contrib/utils",
     )
 
 

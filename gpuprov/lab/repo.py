@@ -6,8 +6,8 @@ with a lab key (``InRelease`` and ``Release.gpg``). The build is cached in
 ``gpuprov lab up`` reuses it and any change to a package rebuilds it.
 
 >>> repo = ensure()                                           # doctest: +SKIP
->>> sorted(p.name for p in (repo.www / "cuda").glob("*.deb"))[:1]   # doctest: +SKIP
-['nvidia-driver-550-server_550.127.05-1_all.deb']
+>>> sorted(p.name for p in (repo.www / "non-free").glob("nvidia-driver_*.deb"))  # doctest: +SKIP
+['nvidia-driver_535.216.03-2~bpo12+1_all.deb', 'nvidia-driver_535.261.03-1_all.deb']
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from gpuprov.lab.packages import repositories
 from gpuprov.lab.rundir import CACHE, prune_cache
 
 KEY_UID = "gpuprov lab repository <lab@gpuprov.invalid>"
-FORMAT = "2"  # bump when the layout below changes, so old caches are not reused
+FORMAT = "3"  # bump when the layout below changes, so old caches are not reused
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def content_hash() -> str:
 def ensure() -> Repo:
     """The cached repository for the current packages, built first if missing."""
     repo = Repo(CACHE / f"gpuprov-lab-repo-{content_hash()}")
-    if (repo.www / "cuda" / "InRelease").is_file():
+    if all((repo.www / name / "InRelease").is_file() for name in repositories()):
         return repo
     tmp = Repo(repo.path.with_name(repo.path.name + ".tmp"))
     shutil.rmtree(tmp.path, ignore_errors=True)

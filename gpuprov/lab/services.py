@@ -2,11 +2,11 @@
 
 - apt-cacher-ng on 10.200.0.1:13142 is the hosts' only way to Debian (they have no route out).
   Its cache outlives the lab in /var/tmp/gpuprov-lab-apt-cache, so warm runs download nothing.
-- A Python HTTP server on 10.200.0.1:13180 serves the signed repositories (`/cuda/`,
+- A Python HTTP server on 10.200.0.1:13180 serves the signed repositories (`/non-free/`,
   `/libnvidia-container/`), reached directly (the hosts' apt config says DIRECT for it).
 
->>> repo_url("cuda")
-'http://10.200.0.1:13180/cuda/'
+>>> repo_url("non-free")
+'http://10.200.0.1:13180/non-free/'
 """
 
 from __future__ import annotations

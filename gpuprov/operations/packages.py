@@ -1,15 +1,19 @@
-"""Debian packages: pinned, held versions that move in place, and the sources they come from."""
+"""Debian packages at the version a plan means on this host's apt sources: resolved, installed
+in place (upgrade or downgrade, never a purge), held; the packages they replace removed in the
+same transaction."""
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
-from pyinfra.operations import apt
 
 from gpuprov.facts.packages import PackageState, PackageStates
-from gpuprov.operations.files import atomic
+from gpuprov.operations.refuse import refuse
+from gpuprov.packaging.profiles import DriverPackages
+from gpuprov.packaging.resolve import Resolution, resolve
 
 # pyinfra's apt.packages uses the same non-interactive switches; keep the admin's conffiles.
 APT_INSTALL = (
@@ -19,23 +23,81 @@ APT_INSTALL = (
 
 
 def pending(
-    current: dict[str, PackageState], packages: dict[str, str], held: bool = True
+    current: Mapping[str, PackageState], packages: Mapping[str, str], held: bool = True
 ) -> tuple[list[str], list[str]]:
-    """(packages not at their pinned version, packages whose hold must change)."""
+    """(packages not at their exact version, packages whose hold must change)."""
     wrong = [p for p, v in packages.items() if current.get(p, {}).get("version") != v]
     holds = [p for p in packages if current.get(p, {}).get("held", False) != held]
     return wrong, holds
 
 
-@operation()
-def pinned(packages: dict[str, str], held: bool = True):
+def installed(current: Mapping[str, PackageState], names: Sequence[str]) -> list[str]:
+    """Those of ``names`` that are installed."""
+    return [p for p in names if current.get(p, {}).get("version")]
+
+
+def resolution(
+    current: Mapping[str, PackageState],
+    packages: Sequence[str],
+    version: str,
+    revision: str = ".*",
+    own: Sequence[str] = (),
+) -> Resolution:
+    """``packages`` at the Debian version ``version`` means among what apt lists, ``own`` at
+    the newest apt lists."""
+    wanted = DriverPackages(exact=tuple(packages), own=tuple(own), pin=(), revision=revision)
+    available = {name: state["available"] for name, state in current.items()}
+    return resolve(wanted, version, available)
+
+
+def targets(
+    current: Mapping[str, PackageState], resolved: Resolution, own: Sequence[str]
+) -> dict[str, str]:
+    """Package -> the version to hold it at: the resolved one, except that a package of its own
+    version stays at the version installed."""
+    out = dict(resolved.versions)
+    out.update({p: current[p]["version"] for p in installed(current, own)})
+    return out
+
+
+def install_specs(wanted: Mapping[str, str], wrong: Sequence[str], remove: Sequence[str]) -> str:
+    """The `apt-get install` arguments: ``wrong`` at their wanted version, ``remove`` removed.
+
+    >>> install_specs({"nvidia-driver": "535.261.03-1"}, ["nvidia-driver"], ["nvidia-driver-550"])
+    'nvidia-driver=535.261.03-1 nvidia-driver-550-'
     """
-    Install each package at exactly its version and hold it there (``apt-mark hold``).
+    # `name-` removes in the same transaction (apt-get(8)): a branch change never leaves the
+    # old branch's packages beside the new ones.
+    return " ".join(
+        [shlex.quote(f"{p}={wanted[p]}") for p in wrong] + [shlex.quote(f"{p}-") for p in remove]
+    )
 
-    A version change unholds the package, installs the new version over the old one (an upgrade
-    or downgrade in place, never a purge) and holds it again.
 
-    + packages: package name -> Debian version (``{"nvidia-driver-550-server": "550.127.05-1"}``)
+@operation()
+def pinned(
+    packages: list[str],
+    version: str,
+    what: str,
+    revision: str = ".*",
+    own: list[str] | None = None,
+    remove: list[str] | None = None,
+    held: bool = True,
+):
+    """
+    Install ``packages`` at the Debian version ``version`` means on this host, hold them there.
+
+    The version is resolved against the host's apt metadata when the operation runs (so a
+    repository added earlier in the same deploy counts); a version apt does not list fails the
+    host, naming what apt has, before anything is installed. A version change unholds, installs
+    the new version over the old one and holds again.
+
+    + packages: installed at exactly ``version``
+    + version: upstream (``535.216.03``, the newest Debian revision spelled ``revision``) or
+      a Debian version (``1.17.8-1``, exactly)
+    + what: what the packages are, for messages (``driver``)
+    + revision: regular expression of the Debian revisions the source spells
+    + own: also installed and held, at the newest version apt lists (their own versioning)
+    + remove: removed in the same transaction where installed (another branch's packages)
     + held: keep the packages on hold
 
     **Example:**
@@ -44,72 +106,51 @@ def pinned(packages: dict[str, str], held: bool = True):
 
         pinned(
             name="Install the pinned container toolkit",
-            packages={"nvidia-container-toolkit": "1.17.8-1",
-                      "nvidia-container-toolkit-base": "1.17.8-1"},
+            packages=["nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                      "libnvidia-container-tools", "libnvidia-container1"],
+            version="1.17.8",
+            what="container toolkit",
         )
     """
-    current = host.get_fact(PackageStates, packages=sorted(packages))
-    wrong, holds = pending(current, packages, held)
-    if not wrong and not holds:
-        host.noop(
-            f"{', '.join(packages)} already at the pinned versions" + (" and held" if held else "")
-        )
+    own, remove = list(own or ()), list(remove or ())
+    current = host.get_fact(PackageStates, packages=sorted({*packages, *own, *remove}))
+    resolved = resolution(current, packages, version, revision, own)
+    problem = resolved.problem(what)
+    if problem:
+        yield refuse(f"{problem}; nothing was installed")
         return
-    if wrong:
-        unhold = [p for p in wrong if current.get(p, {}).get("held")]
+    wanted = targets(current, resolved, own)
+    wrong, holds = pending(current, wanted, held)
+    removing = installed(current, remove)
+    if not wrong and not holds and not removing:
+        host.noop(f"{what} {version}: {', '.join(wanted)} already at {_summary(wanted)}")
+        return
+    if wrong or removing:
+        unhold = [p for p in wrong + removing if current.get(p, {}).get("held")]
         if unhold:
             yield StringCommand("apt-mark", "unhold", *map(shlex.quote, unhold))
-        specs = " ".join(shlex.quote(f"{p}={packages[p]}") for p in wrong)
-        # A version published after the last `apt-get update` is not in the cache yet.
-        yield StringCommand(
-            f"{APT_INSTALL} {specs} || {{ apt-get update -q && {APT_INSTALL} {specs}; }}"
-        )
-    if held and (wrong or holds):
-        yield StringCommand("apt-mark", "hold", *map(shlex.quote, sorted(packages)))
-    elif not held and holds:
+        yield StringCommand(f"{APT_INSTALL} {install_specs(wanted, wrong, removing)}")
+    if held:
+        yield StringCommand("apt-mark", "hold", *map(shlex.quote, sorted(wanted)))
+    elif holds:
         yield StringCommand("apt-mark", "unhold", *map(shlex.quote, holds))
 
 
 @operation()
-def source(
-    filename: str, uris: str, suites: str, components: list[str], signed_by: str | None = None
-):
+def unavailable(message: str):
     """
-    Ensure a deb822 apt source ``/etc/apt/sources.list.d/<filename>.sources``, written atomically.
+    Fail the host with ``message``: the plan asks for packages its sources cannot give.
 
-    This is pyinfra's ``apt.sources_file`` (its comparison, its ``--diff``) with the upload
-    made atomic.
-
-    + filename: file name without ``.sources``
-    + uris: repository URL (deb822 ``URIs``)
-    + suites: deb822 ``Suites`` (``/`` for a flat repository)
-    + components: deb822 ``Components`` (none for a flat repository)
-    + signed_by: the keyring that signs the repository
+    + message: what is missing and what the host has instead
 
     **Example:**
 
     .. code:: python
 
-        source(filename="gpuprov-nvidia-driver", uris="http://repo.lan/nvidia", suites="/",
-               components=[], signed_by="/etc/apt/keyrings/gpuprov-nvidia-driver.gpg")
+        unavailable(name="driver packages", message="debian-nonfree has no fabric manager")
     """
-    yield from atomic(
-        apt.sources_file._inner(
-            filename=filename,
-            uris=uris,
-            suites=suites,
-            components=components or None,
-            signed_by=signed_by,
-        ),
-        mode="644",
-    )
+    yield refuse(f"{message}; nothing was installed")
 
 
-def source_text(uris: str, suites: str, components: list[str], signed_by: str | None) -> str:
-    """The file ``source`` writes, as apt.sources_file builds it (to compare without a fact)."""
-    lines = ["Types: deb", f"URIs: {uris}", f"Suites: {suites}"]
-    if components:
-        lines.append(f"Components: {' '.join(components)}")
-    if signed_by:
-        lines.append(f"Signed-By: {signed_by}")
-    return "\n".join(lines) + "\n"
+def _summary(versions: Mapping[str, str]) -> str:
+    return ", ".join(sorted(set(versions.values())))

@@ -3,7 +3,7 @@
 The state file is ``--state PATH``, else ``$GPUPROV_NVML_SIM``, else the lab default.
 
     gpuprov-sim init --model A100-80GB --count 8 --seed gpu-node-1   # a new host, MIG off
-    gpuprov-sim driver --version 550.127.05 --unloaded               # nvmlInit now fails
+    gpuprov-sim driver --version 535.261.03 --unloaded               # nvmlInit now fails
     gpuprov-sim boot                                                 # what a reboot does
     gpuprov-sim fault -i 0 --busy                                    # a process holds GPU 0
     gpuprov-sim fault --fail-after nvmlDeviceCreateGpuInstanceWithPlacement 2
@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--driver-version", default=sim_state.DEFAULT_DRIVER_VERSION)
 
     driver = commands.add_parser("driver", help="set the driver version / load state")
-    driver.add_argument("--version", help="driver version, e.g. 550.127.05")
+    driver.add_argument("--version", help="driver version, e.g. 535.261.03")
     loaded = driver.add_mutually_exclusive_group()
     loaded.add_argument("--loaded", dest="loaded", action="store_true", default=None)
     loaded.add_argument("--unloaded", dest="loaded", action="store_false")

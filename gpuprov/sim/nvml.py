@@ -630,8 +630,8 @@ def nvml_version(driver_version: str) -> str:
     R580 drivers report CUDA 13.0, R525-R575 CUDA 12.x, older ones CUDA 11.x (nvidia-smi
     headers in NVIDIA/gpu-operator and Project-HAMi issues).
 
-    >>> nvml_version("550.127.05")
-    '12.550.127.05'
+    >>> nvml_version("535.261.03")
+    '12.535.261.03'
     """
     branch = int(driver_version.split(".")[0])
     cuda = 13 if branch >= 580 else 12 if branch >= 525 else 11

@@ -32,7 +32,7 @@ from typing import Any
 from gpuprov import catalog
 from gpuprov.contract import SIM_SCHEMA
 
-DEFAULT_DRIVER_VERSION = "550.127.05"
+DEFAULT_DRIVER_VERSION = "535.261.03"
 _UUID_NAMESPACE = uuid.UUID("5a1c0d3e-6f0b-4c8e-9a43-6770757072f6")
 
 State = dict[str, Any]

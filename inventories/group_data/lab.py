@@ -9,10 +9,11 @@ ssh_key = lab.ssh_key()
 ssh_strict_host_key_checking = "off"
 ssh_known_hosts_file = "/dev/null"
 
-# The lab's signed repositories serve 550.127.05 and 550.144.03 (an upgrade to test), and the
-# toolkit at 1.17.8-1 and 1.18.0-1.
-driver_version = "550.127.05"
-driver_repo_url = repo_url("cuda")
+# The lab's signed repositories serve the driver as Debian's non-free does: bookworm-backports'
+# 535.216.03-2~bpo12+1 and bookworm's newer 535.261.03-1 (the upgrade to test), and the toolkit
+# at 1.17.8-1 and 1.18.0-1. The lab hosts are Debian: driver_source defaults to debian-nonfree.
+driver_version = "535.216.03"
+driver_repo_url = repo_url("non-free")
 driver_repo_key = lab.repo_key()
 container_runtime = "containerd"
 container_toolkit_version = "1.17.8-1"

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from gpuprov.lab.packages import DRIVER_PACKAGES
+
 pytestmark = [pytest.mark.lab, pytest.mark.lab_fresh]
 
 HOST = "lab-h100-01"
@@ -49,14 +51,14 @@ def test_reboot_clears_gpu_instances_and_keeps_mig_mode(lab):
     lab.run(HOST, f"cat > /tmp/rb/key/lab.asc <<'EOF'\n{key}EOF")
     lab.run(
         HOST,
-        "printf 'Types: deb\\nURIs: http://10.200.0.1:13180/cuda/\\nSuites: /\\n"
+        "printf 'Types: deb\\nURIs: http://10.200.0.1:13180/non-free/\\nSuites: /\\n"
         "Signed-By: /tmp/rb/key/lab.asc\\n' > /tmp/rb/sources/lab.sources",
     )
     try:
         lab.run(
             HOST,
             f"{APT} update && DEBIAN_FRONTEND=noninteractive {APT} install -y "
-            "nvidia-driver-550-server=550.127.05-1",
+            "nvidia-driver=535.261.03-1 nvidia-smi=535.261.03-1",
         )
         lab.run(HOST, "nvidia-smi -i 0 -mig 1 && nvidia-smi -i 0 -r")
         lab.run(HOST, CREATE_GIS)
@@ -76,7 +78,7 @@ def test_reboot_clears_gpu_instances_and_keeps_mig_mode(lab):
         lab.run(
             HOST,
             "nvidia-smi -i 0 -mig 0 && nvidia-smi -i 0 -r; "
-            "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q nvidia-driver-550-server;"
+            f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -q {' '.join(DRIVER_PACKAGES)};"
             " rm -rf /tmp/rb",
             check=False,
         )

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from gpuprov.lab.packages import DRIVER_PACKAGES
+
 pytestmark = [pytest.mark.lab, pytest.mark.lab_fresh]
 
 # apt on a lab host, looking only at one test source directory with its own lists, so these
@@ -24,7 +26,9 @@ SIM_PY = (
 
 def source(host_key: str) -> str:
     """A deb822 source for the lab's driver repository, as the deploy writes it."""
-    return f"Types: deb\nURIs: http://10.200.0.1:13180/cuda/\nSuites: /\nSigned-By: {host_key}\n"
+    return (
+        f"Types: deb\nURIs: http://10.200.0.1:13180/non-free/\nSuites: /\nSigned-By: {host_key}\n"
+    )
 
 
 def prepare(lab, host: str, d: str, key_on_host: str) -> None:
@@ -41,9 +45,9 @@ def test_signed_repo_verifies_with_the_lab_key_and_fails_with_another(lab):
     assert "Err" not in good.stdout
     policy = lab.run(
         host,
-        APT.format(d="good").replace("apt-get", "apt-cache") + " policy nvidia-driver-550-server",
+        APT.format(d="good").replace("apt-get", "apt-cache") + " policy nvidia-driver",
     ).stdout
-    assert "550.127.05-1" in policy and "550.144.03-1" in policy
+    assert "535.261.03-1" in policy and "535.216.03-2~bpo12+1" in policy
 
     prepare(lab, host, "bad", "/usr/share/keyrings/debian-archive-keyring.gpg")
     bad = lab.run(host, APT.format(d="bad") + " update", check=False)
@@ -61,7 +65,7 @@ def test_driver_package_brings_nvidia_smi_and_nvml_that_see_the_host_gpus(lab):
             lab.run(
                 host.name,
                 f"{apt} update && DEBIAN_FRONTEND=noninteractive {apt} install -y "
-                "nvidia-driver-550-server=550.127.05-1",
+                "nvidia-driver=535.261.03-1 nvidia-smi=535.261.03-1 nvidia-persistenced",
             )
             listing = lab.run(host.name, "nvidia-smi -L").stdout.splitlines()
             assert len(listing) == host.count
@@ -69,14 +73,14 @@ def test_driver_package_brings_nvidia_smi_and_nvml_that_see_the_host_gpus(lab):
             assert names == [listing[0].split(": ", 1)[1].split(" (UUID")[0]] * host.count
             assert host.model.split("-")[0] in names[0]
             state = json.loads(lab.run(host.name, "cat /var/lib/nvidia-sim/gpus.json").stdout)
-            assert state["driver"] == {"loaded": True, "version": "550.127.05"}
+            assert state["driver"] == {"loaded": True, "version": "535.261.03"}
             assert lab.testinfra(host.name).service("nvidia-persistenced").is_running
     finally:
         for host in lab.hosts:
             lab.run(
                 host.name,
                 "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "
-                "nvidia-driver-550-server; rm -rf /tmp/drv /tmp/good /tmp/bad",
+                f"{' '.join(DRIVER_PACKAGES)}; rm -rf /tmp/drv /tmp/good /tmp/bad",
                 check=False,
             )
     state = json.loads(lab.run("lab-h100-01", "cat /var/lib/nvidia-sim/gpus.json").stdout)
