@@ -46,6 +46,7 @@ class GpuModel:
     memory_slots: int = 0
     compute_slices: int = 0
     sources: tuple[str, ...] = ()
+    compute_capability: tuple[int, int] = (0, 0)  # (major, minor); (0, 0) when not recorded
     _by_name: dict[str, MigProfile] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -88,8 +89,14 @@ def _model(alias: str, raw: dict) -> GpuModel:
         memory_slots=raw.get("memory_slots", 0),
         compute_slices=raw.get("compute_slices", 0),
         sources=tuple(raw.get("sources", [])),
+        compute_capability=_compute_capability(raw.get("compute_capability", "0.0")),
         _by_name={p.name: p for p in profiles},
     )
+
+
+def _compute_capability(text: str) -> tuple[int, int]:
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor or 0)
 
 
 @dataclass(frozen=True)
