@@ -607,8 +607,11 @@ class _Driver:
     # -- MIG devices -----------------------------------------------------------------------
 
     def nvmlDeviceGetMaxMigDeviceCount(self, device: Any, count: Any) -> None:
-        model = self._mig_model(self._gpu(device), enabled=False)
-        _store(count, model.compute_slices)
+        # nvml.h: "Returns zero if MIG is not supported or enabled" (quoted in NVIDIA/go-nvml#60);
+        # go-nvlib walks that many MIG handles, so a MIG-off GPU must answer 0, not an error.
+        gpu = self._gpu(device)
+        model = self._mig_model(gpu, enabled=False)
+        _store(count, model.compute_slices if gpu["mig_current"] else 0)
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: Any, out: Any) -> None:
         gpu = self._gpu(device)
