@@ -1,0 +1,200 @@
+"""NVIDIA's real device plugin (v0.20.0) enumerates the simulated GPUs through the C library.
+
+The plugin binary from ../shared/bin runs with ``LD_LIBRARY_PATH`` at the compiled
+``libnvidia-ml.so.1`` and registers with a stand-in kubelet (``kubelet_stub.py``); what it offers
+over ListAndWatch is compared with what the Python simulator says the host has. Two paths of the
+plugin are fixed, not flags: its own socket directory ``/var/lib/kubelet/device-plugins``
+(pluginapi.DevicePluginPath) and ``/proc/driver/nvidia-caps/mig-minors``. So the plugin runs in a
+private mount namespace (``unshare``, root) where a tmpfs over ``/var/lib`` holds the test's
+socket directory and a tmpfs over ``/proc/driver`` holds the MIG minors a lab host provides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import lzma
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pynvml
+import pytest
+from kubelet_stub import StubKubelet, protocol
+from simulated import carve, initialized, isolate_pynvml, new_host
+
+from gpuprov.contract import SIM_ENV
+from gpuprov.sim import install
+from gpuprov.sim.caps import mig_minors
+from gpuprov.sim.libnvml import build
+
+PLUGIN_XZ = Path("/work/shared/bin/nvidia-device-plugin.xz")
+PLUGIN_SHA256 = "ea872e900a4b049b8573602f56a1a5ccb51c07432cad74b3eec39440f82366a5"  # bin/README
+PLUGIN_CACHE = Path("/var/tmp/gpuprov-bin")
+TIMEOUT = 30
+
+SANDBOX = """
+set -e
+mount -t tmpfs gpuprov-proc-driver /proc/driver
+mkdir /proc/driver/nvidia-caps
+cp "$CAPS" /proc/driver/nvidia-caps/mig-minors
+mount -t tmpfs gpuprov-var-lib /var/lib
+mkdir -p /var/lib/kubelet/device-plugins
+mount --bind "$SOCKETS" /var/lib/kubelet/device-plugins
+exec "$PLUGIN" --config-file "$CONFIG" --kubelet-socket "$SOCKETS/kubelet.sock"
+"""
+
+
+@pytest.fixture(scope="session")
+def plugin() -> Path:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare: the plugin's socket directory is a fixed path")
+    if not PLUGIN_XZ.exists():
+        pytest.skip(f"{PLUGIN_XZ} is not on this machine")
+    binary = PLUGIN_CACHE / f"nvidia-device-plugin-{PLUGIN_SHA256[:12]}"
+    if not binary.exists():
+        PLUGIN_CACHE.mkdir(parents=True, exist_ok=True)
+        data = lzma.decompress(PLUGIN_XZ.read_bytes())
+        assert hashlib.sha256(data).hexdigest() == PLUGIN_SHA256
+        partial = binary.with_suffix(".partial")
+        partial.write_bytes(data)
+        partial.chmod(0o755)
+        partial.replace(binary)
+    return binary
+
+
+@pytest.fixture(scope="session")
+def api(tmp_path_factory):
+    pytest.importorskip("grpc_tools")
+    return protocol(tmp_path_factory.mktemp("deviceplugin-api"))
+
+
+@pytest.fixture(scope="session")
+def library() -> Path:
+    try:
+        return build.library()
+    except build.BuildError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch):
+    isolate_pynvml(monkeypatch)
+
+
+@contextlib.contextmanager
+def running_plugin(
+    tmp_path: Path, binary: Path, library: Path, state: str, config: str
+) -> Iterator[Path]:
+    """The plugin running against ``state`` with ``config``; yields its log file, then stops it."""
+    sockets = tmp_path / "device-plugins"
+    sockets.mkdir()
+    (tmp_path / "config.yaml").write_text(config)
+    (tmp_path / "mig-minors").write_text(mig_minors(8))
+    log = tmp_path / "plugin.log"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LD_LIBRARY_PATH": str(library.parent),
+        SIM_ENV: state,
+        "DP_DISABLE_HEALTHCHECKS": "all",
+        "CAPS": str(tmp_path / "mig-minors"),
+        "SOCKETS": str(sockets),
+        "CONFIG": str(tmp_path / "config.yaml"),
+        "PLUGIN": str(binary),
+    }
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", SANDBOX],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield log
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def advertised(tmp_path, plugin, library, api, state: str, config: str, resources: int):
+    sockets = tmp_path / "device-plugins"
+    with running_plugin(tmp_path, plugin, library, state, config) as log:
+        with StubKubelet(sockets, *api) as kubelet:
+            try:
+                return kubelet.advertised(resources, timeout=TIMEOUT)
+            except Exception as e:
+                raise AssertionError(f"{e!r}; plugin log:\n{log.read_text()[-4000:]}") from e
+
+
+def simulated(path: str) -> dict[str, list[str]]:
+    """UUIDs of MIG-off GPUs (key "gpu") and of MIG devices by profile, from the Python simulator."""
+    install(path)
+    found: dict[str, list[str]] = {}
+    with initialized():
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            device = pynvml.nvmlDeviceGetHandleByIndex(index)
+            if not pynvml.nvmlDeviceGetMigMode(device)[0]:
+                found.setdefault("gpu", []).append(pynvml.nvmlDeviceGetUUID(device))
+            name = pynvml.nvmlDeviceGetName(device)
+            for position in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(device)):
+                with contextlib.suppress(pynvml.NVMLError_NotFound):
+                    mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(device, position)
+                    profile = pynvml.nvmlDeviceGetName(mig).removeprefix(f"{name} MIG ")
+                    found.setdefault(profile, []).append(pynvml.nvmlDeviceGetUUID(mig))
+    return {key: sorted(uuids) for key, uuids in found.items()}
+
+
+TIME_SLICING = """
+version: v1
+flags:
+  migStrategy: none
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 4
+"""
+
+
+def test_time_slicing_offers_replicas_of_each_gpu_as_the_shared_resource(
+    tmp_path, plugin, library, api
+):
+    state = new_host(tmp_path, "A100-80GB", 2)
+    offered = advertised(tmp_path, plugin, library, api, state, TIME_SLICING, resources=1)
+    gpus = simulated(state)["gpu"]
+    assert offered == {
+        "nvidia.com/gpu.shared": sorted(f"{uuid}::{r}" for uuid in gpus for r in range(4))
+    }
+
+
+def test_mixed_offers_each_mig_profile_and_the_whole_gpu_beside_it(tmp_path, plugin, library, api):
+    state = new_host(tmp_path, "H100-80GB", 2, mig=[0])
+    carve(state, {0: [(9, [2]), (14, [1]), (19, [0]), (19, [0])]})
+    config = "version: v1\nflags:\n  migStrategy: mixed\n"
+    offered = advertised(tmp_path, plugin, library, api, state, config, resources=4)
+    expected = simulated(state)
+    assert offered == {
+        "nvidia.com/gpu": expected["gpu"],
+        "nvidia.com/mig-3g.40gb": expected["3g.40gb"],
+        "nvidia.com/mig-2g.20gb": expected["2g.20gb"],
+        "nvidia.com/mig-1g.10gb": expected["1g.10gb"],
+    }
+    assert len(offered["nvidia.com/mig-1g.10gb"]) == 2
+
+
+def test_single_offers_every_mig_device_as_gpus(tmp_path, plugin, library, api):
+    state = new_host(tmp_path, "H200-141GB", 2, mig=[0, 1])
+    carve(state, {0: [(9, [2]), (9, [2])], 1: [(9, [2]), (9, [2])]})
+    config = "version: v1\nflags:\n  migStrategy: single\n"
+    offered = advertised(tmp_path, plugin, library, api, state, config, resources=1)
+    assert offered == {"nvidia.com/gpu": simulated(state)["3g.71gb"]}
+    assert len(offered["nvidia.com/gpu"]) == 4
