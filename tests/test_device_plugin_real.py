@@ -26,7 +26,7 @@ import pytest
 from kubelet_stub import StubKubelet, protocol
 from simulated import carve, initialized, isolate_pynvml, new_host
 
-from gpuprov.contract import SIM_ENV
+from gpuprov.contract import SIM_ENV, SIM_MIG_MINORS_PATH
 from gpuprov.sim import install
 from gpuprov.sim.caps import mig_minors
 from gpuprov.sim.libnvml import build
@@ -36,11 +36,11 @@ PLUGIN_SHA256 = "ea872e900a4b049b8573602f56a1a5ccb51c07432cad74b3eec39440f82366a
 PLUGIN_CACHE = Path("/var/tmp/gpuprov-bin")
 TIMEOUT = 30
 
-SANDBOX = """
+SANDBOX = f"""
 set -e
 mount -t tmpfs gpuprov-proc-driver /proc/driver
-mkdir /proc/driver/nvidia-caps
-cp "$CAPS" /proc/driver/nvidia-caps/mig-minors
+mkdir -p "$(dirname {SIM_MIG_MINORS_PATH})"
+cp "$CAPS" {SIM_MIG_MINORS_PATH}
 mount -t tmpfs gpuprov-var-lib /var/lib
 mkdir -p /var/lib/kubelet/device-plugins
 mount --bind "$SOCKETS" /var/lib/kubelet/device-plugins

@@ -15,7 +15,9 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pynvml
@@ -335,6 +337,39 @@ def test_driver_states_and_faults_answer_alike(change, tmp_path, library, monkey
 def test_a_missing_state_file_is_a_missing_library_for_both(tmp_path, library, monkeypatch):
     python, c = transcripts(str(tmp_path / "absent.json"), library, monkeypatch)
     assert python == c == [("init", ("error", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))]
+
+
+def test_many_threads_read_while_the_state_is_rewritten(library, tmp_path, monkeypatch):
+    """The device plugin calls from many Go threads while the applier rewrites the state file."""
+    path = new_host(tmp_path, "H100-80GB", 2, mig=[0])
+    monkeypatch.setenv(SIM_ENV, path)
+    lib = ctypes.CDLL(str(library))
+    assert lib.nvmlInit_v2() == pynvml.NVML_SUCCESS
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        while not stop.is_set():
+            with edit(path) as state:
+                state["gpus"][1]["mig_pending"] = not state["gpus"][1]["mig_pending"]
+
+    def names(_: int) -> set:
+        seen = set()
+        for i in range(300):
+            handle, name = ctypes.c_void_p(), ctypes.create_string_buffer(96)
+            rc = lib.nvmlDeviceGetHandleByIndex_v2(i % 2, ctypes.byref(handle))
+            seen.add((rc, lib.nvmlDeviceGetName(handle, name, 96), name.value))
+        return seen
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            answers = set().union(*pool.map(names, range(8)))
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    assert answers == {(0, 0, b"NVIDIA H100 80GB HBM3")}
+    assert lib.nvmlShutdown() == pynvml.NVML_SUCCESS
 
 
 # -- what the C library does not serve ---------------------------------------------------------

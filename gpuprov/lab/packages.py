@@ -21,8 +21,9 @@ from pathlib import Path
 import pynvml
 
 import gpuprov
-from gpuprov.contract import SIM_STATE_PATH
+from gpuprov.contract import SIM_NVML_LIBRARY_PATH, SIM_STATE_PATH
 from gpuprov.lab.debs import File, Package
+from gpuprov.sim.libnvml import build as libnvml
 
 DRIVER_BRANCH = "550"
 DRIVER_VERSIONS = ("550.127.05", "550.144.03")  # upstream; the Debian version adds "-1"
@@ -56,6 +57,9 @@ def _driver(upstream: str) -> Package:
         ),
         "/lib/systemd/system.conf.d/nvidia-sim.conf": _file("driver/nvidia-sim.conf", upstream),
         **{f"{SIM_PYTHON}/{rel}": File(data) for rel, data in sim_payload().items()},
+        # For programs that load NVML themselves (NVIDIA's device plugin): compiled here, on
+        # the controller, whose Debian the lab hosts share.
+        SIM_NVML_LIBRARY_PATH: File(libnvml.library().read_bytes()),
     }
     return Package(
         f"nvidia-driver-{DRIVER_BRANCH}-server",

@@ -4,7 +4,7 @@ The C sources hold the rules; the data comes from gpuprov: ``sim_data.h`` is gen
 the catalog (models, MIG profiles, placements), pynvml (struct versions, profile counts, error
 names) and ``gpuprov.sim.nvml`` (handle layout, MIG UUID namespace, CI slices, error strings).
 The library is cached under ``/var/tmp/gpuprov-libnvml-<hash>/``, keyed by the hash of the
-sources, the generated header and the compiler's version, so an unchanged tree compiles nothing.
+sources, the generated header, the flags and the compiler's version, so an unchanged tree compiles nothing.
 
 >>> path = library()                                       # doctest: +SKIP
 >>> path.name, path.parent.name.startswith("gpuprov-libnvml-")  # doctest: +SKIP
@@ -32,7 +32,7 @@ SOURCES = ("nvml_sim.c", "json.c", "uuid5.c")
 HEADERS = ("json.h", "uuid5.h", "unsupported.h")
 CACHE = Path("/var/tmp")
 CFLAGS = (
-    "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
+    "-std=c11", "-D_GNU_SOURCE", "-O2", "-s", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
     "-fvisibility=hidden", f"-Wl,-soname,{LIBRARY}",
 )  # fmt: skip
 
@@ -48,7 +48,7 @@ def library(cache: Path = CACHE, compiler: str | None = None) -> Path:
         raise BuildError(f"no C compiler {cc!r} on PATH (install gcc, or set CC)")
     data = sim_data_header().encode()
     version = subprocess.run([cc, "--version"], capture_output=True, check=False).stdout
-    digest = hashlib.sha256(data + version)
+    digest = hashlib.sha256(data + version + " ".join(CFLAGS).encode())
     for name in SOURCES + HEADERS:
         digest.update(name.encode() + b"\0" + _source(name))
     target = cache / f"gpuprov-libnvml-{digest.hexdigest()[:16]}" / LIBRARY
