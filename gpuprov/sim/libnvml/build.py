@@ -4,7 +4,8 @@ The C sources hold the rules; the data comes from gpuprov: ``sim_data.h`` is gen
 the catalog (models, MIG profiles, placements), pynvml (struct versions, profile counts, error
 names) and ``gpuprov.sim.nvml`` (handle layout, MIG UUID namespace, CI slices, error strings).
 The library is cached under ``/var/tmp/gpuprov-libnvml-<hash>/``, keyed by the hash of the
-sources, the generated header, the flags and the compiler's version, so an unchanged tree compiles nothing.
+sources, the generated header, the flags and the compiler's version, so an unchanged tree
+compiles nothing.
 
 >>> path = library()                                       # doctest: +SKIP
 >>> path.name, path.parent.name.startswith("gpuprov-libnvml-")  # doctest: +SKIP
