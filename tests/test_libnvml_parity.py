@@ -15,9 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pynvml
@@ -339,37 +337,52 @@ def test_a_missing_state_file_is_a_missing_library_for_both(tmp_path, library, m
     assert python == c == [("init", ("error", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))]
 
 
-def test_many_threads_read_while_the_state_is_rewritten(library, tmp_path, monkeypatch):
-    """The device plugin calls from many Go threads while the applier rewrites the state file."""
+CONCURRENT_READERS = """
+import ctypes, sys, threading
+from concurrent.futures import ThreadPoolExecutor
+from gpuprov.sim import state
+
+library, path = sys.argv[1:]
+lib = ctypes.CDLL(library)
+assert lib.nvmlInit_v2() == 0
+
+def rewrite():
+    for _ in range(200):
+        with state.transaction(path) as current:
+            current["gpus"][1]["mig_pending"] = not current["gpus"][1]["mig_pending"]
+
+def names(_):
+    seen = set()
+    for i in range(300):
+        handle, name = ctypes.c_void_p(), ctypes.create_string_buffer(96)
+        rc = lib.nvmlDeviceGetHandleByIndex_v2(i % 2, ctypes.byref(handle))
+        seen.add((rc, lib.nvmlDeviceGetName(handle, name, 96), name.value.decode()))
+    return seen
+
+writer = threading.Thread(target=rewrite, daemon=True)
+writer.start()
+with ThreadPoolExecutor(max_workers=8) as pool:
+    answers = set().union(*pool.map(names, range(8)))
+writer.join(timeout=60)
+print(sorted(answers), lib.nvmlShutdown())
+"""
+
+
+def test_many_threads_read_while_the_state_is_rewritten(library, tmp_path):
+    """The device plugin calls from many Go threads while the applier rewrites the state file.
+
+    In a child process with a time limit: a lost wake-up or a crash must fail, not hang.
+    """
     path = new_host(tmp_path, "H100-80GB", 2, mig=[0])
-    monkeypatch.setenv(SIM_ENV, path)
-    lib = ctypes.CDLL(str(library))
-    assert lib.nvmlInit_v2() == pynvml.NVML_SUCCESS
-    stop = threading.Event()
-
-    def rewrite() -> None:
-        while not stop.is_set():
-            with edit(path) as state:
-                state["gpus"][1]["mig_pending"] = not state["gpus"][1]["mig_pending"]
-
-    def names(_: int) -> set:
-        seen = set()
-        for i in range(300):
-            handle, name = ctypes.c_void_p(), ctypes.create_string_buffer(96)
-            rc = lib.nvmlDeviceGetHandleByIndex_v2(i % 2, ctypes.byref(handle))
-            seen.add((rc, lib.nvmlDeviceGetName(handle, name, 96), name.value))
-        return seen
-
-    writer = threading.Thread(target=rewrite)
-    writer.start()
-    try:
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            answers = set().union(*pool.map(names, range(8)))
-    finally:
-        stop.set()
-        writer.join(timeout=30)
-    assert answers == {(0, 0, b"NVIDIA H100 80GB HBM3")}
-    assert lib.nvmlShutdown() == pynvml.NVML_SUCCESS
+    out = subprocess.run(
+        [sys.executable, "-c", CONCURRENT_READERS, str(library), path],
+        env={**os.environ, SIM_ENV: path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == "[(0, 0, 'NVIDIA H100 80GB HBM3')] 0"
 
 
 # -- what the C library does not serve ---------------------------------------------------------
