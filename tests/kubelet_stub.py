@@ -8,11 +8,14 @@ into a temporary directory once per test session.
 >>> kubelet = StubKubelet(directory, *protocol(tmp))   # doctest: +SKIP
 >>> kubelet.advertised(resources=1, timeout=30)         # doctest: +SKIP
 {'nvidia.com/gpu.shared': ['GPU-...::0', ...]}
+
+Run as a program (``main``) it does the same in a process of its own.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import queue
 import sys
 from concurrent import futures
@@ -124,3 +127,21 @@ class StubKubelet:
                 return sorted(device.ID for device in next(stream).devices)
             finally:
                 stream.cancel()
+
+
+def main(argv: list[str]) -> int:
+    """``kubelet_stub.py DIRECTORY RESOURCES TIMEOUT WORKDIR``: print "ready", then the JSON offer.
+
+    The tests run the stand-in kubelet in its own process, so gRPC's threads never share the
+    test process and a stuck plugin costs a bounded wait, not a hung test session.
+    """
+    directory, resources, timeout, workdir = Path(argv[1]), int(argv[2]), float(argv[3]), argv[4]
+    with StubKubelet(directory, *protocol(Path(workdir))) as kubelet:
+        print("ready", flush=True)
+        offered = kubelet.advertised(resources, timeout)
+    print(json.dumps(offered), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,7 +1,7 @@
 """NVIDIA's real device plugin (v0.20.0) enumerates the simulated GPUs through the C library.
 
 The plugin binary from ../shared/bin runs with ``LD_LIBRARY_PATH`` at the compiled
-``libnvidia-ml.so.1`` and registers with a stand-in kubelet (``kubelet_stub.py``); what it offers
+``libnvidia-ml.so.1`` and registers with a stand-in kubelet (``kubelet_stub.py``, in a process of its own); what it offers
 over ListAndWatch is compared with what the Python simulator says the host has. Two paths of the
 plugin are fixed, not flags: its own socket directory ``/var/lib/kubelet/device-plugins``
 (pluginapi.DevicePluginPath) and ``/proc/driver/nvidia-caps/mig-minors``. So the plugin runs in a
@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
+import json
 import lzma
 import os
 import shutil
 import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pynvml
 import pytest
-from kubelet_stub import StubKubelet, protocol
 from simulated import carve, initialized, isolate_pynvml, new_host
 
 from gpuprov.contract import SIM_ENV, SIM_MIG_MINORS_PATH
@@ -34,6 +37,7 @@ from gpuprov.sim.libnvml import build
 PLUGIN_XZ = Path("/work/shared/bin/nvidia-device-plugin.xz")
 PLUGIN_SHA256 = "ea872e900a4b049b8573602f56a1a5ccb51c07432cad74b3eec39440f82366a5"  # bin/README
 PLUGIN_CACHE = Path("/var/tmp/gpuprov-bin")
+STUB = Path(__file__).parent / "kubelet_stub.py"
 TIMEOUT = 30
 
 SANDBOX = f"""
@@ -67,9 +71,11 @@ def plugin() -> Path:
 
 
 @pytest.fixture(scope="session")
-def api(tmp_path_factory):
-    pytest.importorskip("grpc_tools")
-    return protocol(tmp_path_factory.mktemp("deviceplugin-api"))
+def api(tmp_path_factory) -> Path:
+    """A directory for the stand-in kubelet's compiled API (grpcio-tools must be installed)."""
+    if importlib.util.find_spec("grpc_tools") is None:
+        pytest.skip("needs grpcio-tools (the `test` extra)")
+    return tmp_path_factory.mktemp("deviceplugin-api")
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +97,6 @@ def running_plugin(
 ) -> Iterator[Path]:
     """The plugin running against ``state`` with ``config``; yields its log file, then stops it."""
     sockets = tmp_path / "device-plugins"
-    sockets.mkdir()
     (tmp_path / "config.yaml").write_text(config)
     (tmp_path / "mig-minors").write_text(mig_minors(8))
     log = tmp_path / "plugin.log"
@@ -125,13 +130,38 @@ def running_plugin(
 
 
 def advertised(tmp_path, plugin, library, api, state: str, config: str, resources: int):
+    """What the plugin registers, as the stand-in kubelet (a child process) receives it."""
     sockets = tmp_path / "device-plugins"
-    with running_plugin(tmp_path, plugin, library, state, config) as log:
-        with StubKubelet(sockets, *api) as kubelet:
+    sockets.mkdir()
+    kubelet = subprocess.Popen(
+        [sys.executable, str(STUB), str(sockets), str(resources), str(TIMEOUT), str(api)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(sockets / "kubelet.sock", kubelet)
+        with running_plugin(tmp_path, plugin, library, state, config) as log:
             try:
-                return kubelet.advertised(resources, timeout=TIMEOUT)
-            except Exception as e:
-                raise AssertionError(f"{e!r}; plugin log:\n{log.read_text()[-4000:]}") from e
+                out, err = kubelet.communicate(timeout=TIMEOUT + 30)
+            except subprocess.TimeoutExpired:
+                out, err = "", "the stand-in kubelet did not finish"
+            if kubelet.returncode != 0:
+                raise AssertionError(f"{err[-2000:]}\nplugin log:\n{log.read_text()[-4000:]}")
+        return json.loads(out.splitlines()[-1])
+    finally:
+        if kubelet.poll() is None:
+            os.killpg(kubelet.pid, signal.SIGKILL)
+            kubelet.wait(timeout=10)
+
+
+def _wait_for(socket: Path, kubelet: subprocess.Popen) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not socket.exists():
+        if kubelet.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"the stand-in kubelet did not start: {kubelet.stderr.read()}")
+        time.sleep(0.05)
 
 
 def simulated(path: str) -> dict[str, list[str]]:
