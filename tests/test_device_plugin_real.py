@@ -12,10 +12,8 @@ socket directory and a tmpfs over ``/proc/driver`` holds the MIG minors a lab ho
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import json
-import lzma
 import os
 import shutil
 import signal
@@ -27,6 +25,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
+import upstream
 from simulated import carve, initialized, isolate_pynvml, new_host
 
 from gpuprov.contract import SIM_ENV, SIM_MIG_MINORS_PATH
@@ -34,9 +33,6 @@ from gpuprov.sim import install
 from gpuprov.sim.caps import mig_minors
 from gpuprov.sim.libnvml import build
 
-PLUGIN_XZ = Path("/work/shared/bin/nvidia-device-plugin.xz")
-PLUGIN_SHA256 = "ea872e900a4b049b8573602f56a1a5ccb51c07432cad74b3eec39440f82366a5"  # bin/README
-PLUGIN_CACHE = Path("/var/tmp/gpuprov-bin")
 STUB = Path(__file__).parent / "kubelet_stub.py"
 TIMEOUT = 30
 
@@ -56,17 +52,9 @@ exec "$PLUGIN" --config-file "$CONFIG" --kubelet-socket "$SOCKETS/kubelet.sock"
 def plugin() -> Path:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare: the plugin's socket directory is a fixed path")
-    if not PLUGIN_XZ.exists():
-        pytest.skip(f"{PLUGIN_XZ} is not on this machine")
-    binary = PLUGIN_CACHE / f"nvidia-device-plugin-{PLUGIN_SHA256[:12]}"
-    if not binary.exists():
-        PLUGIN_CACHE.mkdir(parents=True, exist_ok=True)
-        data = lzma.decompress(PLUGIN_XZ.read_bytes())
-        assert hashlib.sha256(data).hexdigest() == PLUGIN_SHA256
-        partial = binary.with_suffix(".partial")
-        partial.write_bytes(data)
-        partial.chmod(0o755)
-        partial.replace(binary)
+    binary = upstream.device_plugin()
+    if binary is None:
+        pytest.skip("NVIDIA's device plugin release binary is not on this machine")
     return binary
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
+import upstream
 from simulated import carve, edit, isolate_pynvml, new_host
 
 from gpuprov.contract import SIM_ENV
@@ -28,7 +29,6 @@ from gpuprov.sim.libnvml import build
 
 SERVED = re.compile(r"SERVED\((nvml\w+),")
 SOURCE = Path(build.__file__).parent
-PLUGIN_BINARY = Path("/work/shared/bin/nvidia-device-plugin.xz")
 
 
 @pytest.fixture(scope="session")
@@ -421,21 +421,15 @@ def test_the_python_simulator_serves_every_function_the_c_library_serves():
 
 
 @pytest.fixture(scope="session")
-def plugin_symbols(tmp_path_factory) -> set[str]:
-    if not PLUGIN_BINARY.exists() or shutil.which("readelf") is None:
-        pytest.skip(f"needs {PLUGIN_BINARY} and readelf")
-    import lzma
-
-    binary = tmp_path_factory.mktemp("plugin") / "nvidia-device-plugin"
-    binary.write_bytes(lzma.decompress(PLUGIN_BINARY.read_bytes()))
+def plugin_symbols() -> set[str]:
+    binary = upstream.device_plugin()
+    if binary is None or shutil.which("readelf") is None:
+        pytest.skip("needs NVIDIA's device plugin release binary and readelf")
     out = subprocess.run(
         ["readelf", "--dyn-syms", "-W", str(binary)], capture_output=True, text=True, check=True
     ).stdout
-    return {
-        f[7]
-        for f in (line.split() for line in out.splitlines())
-        if len(f) > 7 and f[6] == "UND" and f[7].startswith("nvml")
-    }
+    fields = (line.split() for line in out.splitlines())
+    return {f[7] for f in fields if len(f) > 7 and f[6] == "UND" and f[7].startswith("nvml")}
 
 
 def test_every_nvml_symbol_the_device_plugin_links_is_defined(library, plugin_symbols):
