@@ -95,6 +95,7 @@ MODES = ("shared", "mig", "whole_card")
 
 # --- The simulated driver (lab and tests only) ----------------------------------------------------
 SIM_ENV = "GPUPROV_NVML_SIM"  # names the state file; unset on production hosts
+SIM_TRACE_ENV = "GPUPROV_NVML_SIM_TRACE"  # the C library appends "<function> <rc>" lines there
 SIM_STATE_PATH = "/var/lib/nvidia-sim/gpus.json"  # where the lab keeps it
 # The simulated C library (gpuprov/sim/libnvml) where the real driver puts libnvidia-ml on Debian
 SIM_NVML_LIBRARY_PATH = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"

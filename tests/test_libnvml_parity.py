@@ -23,7 +23,7 @@ import pytest
 import upstream
 from simulated import carve, edit, isolate_pynvml, new_host
 
-from gpuprov.contract import SIM_ENV
+from gpuprov.contract import SIM_ENV, SIM_TRACE_ENV
 from gpuprov.sim import install
 from gpuprov.sim.libnvml import build
 
@@ -402,8 +402,11 @@ def _unsupported() -> list[str]:
     return re.findall(r"^UNSUPPORTED\((\w+)\)", (SOURCE / "unsupported.h").read_text(), re.M)
 
 
-def test_every_unserved_function_answers_not_supported(library, tmp_path, monkeypatch):
+def test_every_unserved_function_answers_not_supported_and_is_traced(
+    library, tmp_path, monkeypatch
+):
     monkeypatch.setenv(SIM_ENV, new_host(tmp_path))
+    monkeypatch.setenv(SIM_TRACE_ENV, str(tmp_path / "trace"))
     lib = ctypes.CDLL(str(library))
     assert lib.nvmlInit_v2() == pynvml.NVML_SUCCESS
     # Mutating calls are among them: the device plugin never changes the GPUs.
@@ -411,6 +414,8 @@ def test_every_unserved_function_answers_not_supported(library, tmp_path, monkey
     answers = {name: getattr(lib, name)(None, None, None, None) for name in _unsupported()}
     assert set(answers.values()) == {pynvml.NVML_ERROR_NOT_SUPPORTED}
     assert lib.nvmlShutdown() == pynvml.NVML_SUCCESS
+    trace = (tmp_path / "trace").read_text().splitlines()
+    assert trace == ["nvmlInit_v2 0", *(f"{name} 3" for name in answers), "nvmlShutdown 0"]
 
 
 def test_the_python_simulator_serves_every_function_the_c_library_serves():

@@ -341,7 +341,7 @@ fail:
 
 static int trace(const char *function, int rc)
 {
-    const char *path = getenv("GPUPROV_NVML_SIM_TRACE");
+    const char *path = getenv(SIM_TRACE_ENV);
     if (path && *path) {
         char line[160];
         int n = snprintf(line, sizeof(line), "%s %d\n", function, rc);
