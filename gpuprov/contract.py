@@ -142,11 +142,15 @@ PROBE_FILE_MAX_BYTES = 1 << 20
 
 # --- The simulated driver (lab and tests only) ----------------------------------------------------
 SIM_ENV = "GPUPROV_NVML_SIM"  # names the state file; unset on production hosts
+SIM_TRACE_ENV = "GPUPROV_NVML_SIM_TRACE"  # the C library appends "<function> <rc>" lines there
 SIM_STATE_PATH = "/var/lib/nvidia-sim/gpus.json"  # where the lab keeps it
 # Where the lab's simulated driver package installs the simulator (``gpuprov/sim`` and what it
 # imports); the agent bundle does not carry it. SIM_PYTHON_ENV overrides the directory (tests).
 SIM_PYTHON_DIR = "/usr/lib/nvidia-sim/python"
 SIM_PYTHON_ENV = "GPUPROV_NVML_SIM_PYTHON"
+# The simulated C library (gpuprov/sim/libnvml) where the real driver puts libnvidia-ml on Debian
+SIM_NVML_LIBRARY_PATH = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+SIM_MIG_MINORS_PATH = "/proc/driver/nvidia-caps/mig-minors"  # read by NVIDIA's device plugin
 
 # --- NVML -----------------------------------------------------------------------------------------
 # What NVML answers for a profile this GPU or GI does not have (mig-parted skips both):

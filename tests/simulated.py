@@ -46,3 +46,26 @@ def initialized() -> Iterator[None]:
         yield
     finally:
         pynvml.nvmlShutdown()
+
+
+def carve(path: str, layouts: dict[int, list[tuple[int, list[int]]]]) -> None:
+    """Create GPU and compute instances through the simulator's own rules, as the applier would.
+
+    ``layouts`` maps a GPU index to ``(GI profile id, [CI profile constants])`` entries; the GPU
+    must already have MIG on. pynvml is pointed back at whatever it used before.
+    """
+    saved, cache = pynvml.nvmlLib, dict(pynvml._nvmlGetFunctionPointer_cache)
+    pynvml.nvmlLib, pynvml._nvmlGetFunctionPointer_cache = None, {}
+    from gpuprov.sim import install
+
+    install(path)
+    try:
+        with initialized():
+            for index, instances in layouts.items():
+                device = pynvml.nvmlDeviceGetHandleByIndex(index)
+                for profile_id, ci_constants in instances:
+                    gi = pynvml.nvmlDeviceCreateGpuInstance(device, profile_id)
+                    for constant in ci_constants:
+                        pynvml.nvmlGpuInstanceCreateComputeInstance(gi, constant)
+    finally:
+        pynvml.nvmlLib, pynvml._nvmlGetFunctionPointer_cache = saved, cache

@@ -433,3 +433,34 @@ def test_concurrent_processes_neither_lose_updates_nor_corrupt_the_file(tmp_path
     assert [sorted(gi["start"] for gi in gpu["gpu_instances"]) for gpu in host["gpus"]] == [
         list(range(7))
     ] * 2
+
+
+def test_mig_devices_carry_their_slices_and_memory_as_attributes(a100):
+    device = _device(0)
+    gi = _at(device, 9, 4, 4)
+    pynvml.nvmlGpuInstanceCreateComputeInstance(gi, 0)  # 1 of the GI's 3 slices
+    mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(device, 0)
+    attributes = pynvml.nvmlDeviceGetAttributes(mig)
+    assert (
+        attributes.gpuInstanceSliceCount,
+        attributes.computeInstanceSliceCount,
+        attributes.memorySizeMB,
+    ) == (3, 1, 40192)
+    with pytest.raises(pynvml.NVMLError_NotSupported):  # nvml.h: MIG device handles only
+        pynvml.nvmlDeviceGetAttributes(device)
+    ci_id = pynvml.nvmlDeviceGetComputeInstanceId(mig)
+    ci = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi, ci_id)
+    assert pynvml.nvmlComputeInstanceGetInfo(ci).id == ci_id
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlGpuInstanceGetComputeInstanceById(gi, ci_id + 1)
+
+
+def test_a_mig_off_gpu_has_room_for_no_mig_devices(a100):
+    assert pynvml.nvmlDeviceGetMaxMigDeviceCount(_device(1)) == 0
+    assert pynvml.nvmlDeviceGetMaxMigDeviceCount(_device(0)) == 7
+
+
+def test_minor_numbers_compute_capability_and_cuda_version_come_from_index_catalog_driver(a100):
+    assert [pynvml.nvmlDeviceGetMinorNumber(_device(i)) for i in (0, 1)] == [0, 1]
+    assert pynvml.nvmlDeviceGetCudaComputeCapability(_device(0)) == (8, 0)
+    assert pynvml.nvmlSystemGetCudaDriverVersion() == 12000

@@ -47,6 +47,7 @@ class GpuModel:
     compute_slices: int = 0
     media_engine_sets: int = 0  # how many `+me` GPU instances may exist at once (gpus.yaml)
     sources: tuple[str, ...] = ()
+    compute_capability: tuple[int, int] = (0, 0)  # (major, minor); (0, 0) when not recorded
     _by_name: dict[str, MigProfile] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -90,8 +91,14 @@ def _model(alias: str, raw: dict) -> GpuModel:
         compute_slices=raw.get("compute_slices", 0),
         media_engine_sets=raw.get("media_engine_sets", 0),
         sources=tuple(raw.get("sources", [])),
+        compute_capability=_compute_capability(raw.get("compute_capability", "0.0")),
         _by_name={p.name: p for p in profiles},
     )
+
+
+def _compute_capability(text: str) -> tuple[int, int]:
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor or 0)
 
 
 @dataclass(frozen=True)

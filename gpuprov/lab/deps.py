@@ -27,6 +27,7 @@ PROGRAMS = {
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
     "ip": "iproute2",
+    "cc": "gcc",  # compiles the simulated libnvidia-ml.so.1 the driver package ships
 }
 _SBIN = ("/usr/sbin", "/sbin")  # apt-cacher-ng is in /usr/sbin, not always on PATH
 

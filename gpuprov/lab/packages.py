@@ -32,8 +32,9 @@ from pathlib import Path
 import pynvml
 
 import gpuprov
-from gpuprov.contract import SIM_PYTHON_DIR, SIM_STATE_PATH
+from gpuprov.contract import SIM_NVML_LIBRARY_PATH, SIM_PYTHON_DIR, SIM_STATE_PATH
 from gpuprov.lab.debs import File, Package
+from gpuprov.sim.libnvml import build as libnvml
 
 # Upstream -> Debian version, as Debian has them (tests/data/packages/debian-bookworm-*):
 # bookworm-backports' (the older) first, bookworm's second: the lab's upgrade path.
@@ -126,6 +127,10 @@ def _driver(upstream: str) -> list[Package]:
         package(
             "libnvidia-ml1",
             "NVIDIA Management Library (NVML) runtime library",
+            # For programs that load NVML themselves (NVIDIA's device plugin): the simulated C
+            # library, compiled here on the controller, whose Debian the lab hosts share.
+            files={SIM_NVML_LIBRARY_PATH: File(libnvml.library().read_bytes())},
+            scripts={"postinst": _text("libnvidia-ml1/postinst", upstream)},
             depends=(f"nvidia-alternative (= {version})",),
         ),
         package(

@@ -27,16 +27,18 @@ import pynvml
 from gpuprov import catalog
 from gpuprov.sim import state as sim_state
 
-_TAG = 0x7E57
-_KIND_DEVICE, _KIND_GPU_INSTANCE, _KIND_COMPUTE_INSTANCE, _KIND_MIG_DEVICE = 1, 2, 3, 4
+# Handle layout, MIG UUID namespace, CI slice table and error strings are shared with the
+# simulated C library (gpuprov/sim/libnvml), which is generated from these names.
+HANDLE_TAG = 0x7E57
+KIND_DEVICE, KIND_GPU_INSTANCE, KIND_COMPUTE_INSTANCE, KIND_MIG_DEVICE = 1, 2, 3, 4
 _CARG = type(ctypes.byref(ctypes.c_int()))
-_MIG_UUID_NAMESPACE = uuid.UUID("0b6f7c1e-2d43-4a8e-b1f5-6d6967646576")
+MIG_UUID_NAMESPACE = uuid.UUID("0b6f7c1e-2d43-4a8e-b1f5-6d6967646576")
 
 # Compute-instance profile constant -> compute slices it spans (pynvml
 # NVML_COMPUTE_INSTANCE_PROFILE_*). The CI profile id NVML reports equals the constant for these:
 # `-cci` prints "MIG 3g.20gb (ID  2)" for the full CI of a 3g GI and "(ID  0)" for 1c (public
 # nvidia-smi MIG notes; rapidsai/dask-cuda#583).
-_CI_SLICES = {
+CI_SLICES = {
     pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE: 1,
     pynvml.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE: 2,
     pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE: 3,
@@ -111,11 +113,11 @@ class _Function:
     def __call__(self, *args: Any) -> Any:
         self.lib.calls[self.name] += 1
         if self.name == "nvmlErrorString":
-            return _error_string(_int(args[0])).encode()
+            return error_string(_int(args[0])).encode()
         return self.lib._call(self.name, args)
 
 
-def _error_string(code: int) -> str:
+def error_string(code: int) -> str:
     known = pynvml.NVMLError._errcode_to_string.get(code) or _ERROR_STRINGS.get(code)
     return known or f"Unknown Error {code}"
 
@@ -145,7 +147,7 @@ class _Driver:
 
     # -- lookups ---------------------------------------------------------------------------
 
-    def _gpu(self, handle: Any, kinds: tuple[int, ...] = (_KIND_DEVICE,)) -> dict[str, Any]:
+    def _gpu(self, handle: Any, kinds: tuple[int, ...] = (KIND_DEVICE,)) -> dict[str, Any]:
         kind, index, _, _ = _decode(handle)
         if kind not in kinds or index >= len(self.state["gpus"]):
             raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
@@ -173,7 +175,7 @@ class _Driver:
 
     def _gpu_instance(self, handle: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         kind, index, gi_id, _ = _decode(handle)
-        if kind != _KIND_GPU_INSTANCE:
+        if kind != KIND_GPU_INSTANCE:
             raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return self._find_gi(index, gi_id)
 
@@ -188,7 +190,7 @@ class _Driver:
     def _compute_instance(
         self,
         handle: Any,
-        kind: int = _KIND_COMPUTE_INSTANCE,
+        kind: int = KIND_COMPUTE_INSTANCE,
     ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         found_kind, index, gi_id, ci_id = _decode(handle)
         if found_kind != kind:
@@ -225,45 +227,62 @@ class _Driver:
     def nvmlDeviceGetCount_v2(self, count: Any) -> None:
         _store(count, len(self.state["gpus"]))
 
+    def nvmlSystemGetCudaDriverVersion(self, version: Any) -> None:
+        _store(version, cuda_driver_version(self.state["driver"]["version"]))
+
+    def nvmlSystemGetCudaDriverVersion_v2(self, version: Any) -> None:
+        _store(version, cuda_driver_version(self.state["driver"]["version"]))
+
     # -- devices ---------------------------------------------------------------------------
 
     def nvmlDeviceGetHandleByIndex_v2(self, index: Any, device: Any) -> None:
         position = _int(index)
         if position >= len(self.state["gpus"]):
             raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        _store_handle(device, _encode(_KIND_DEVICE, position))
+        _store_handle(device, _encode(KIND_DEVICE, position))
 
     def nvmlDeviceGetHandleByUUID(self, wanted: Any, device: Any) -> None:
         text = (wanted.value if isinstance(wanted, ctypes.c_char_p) else wanted) or b""
         text = text.decode() if isinstance(text, bytes) else str(text)
         for gpu in self.state["gpus"]:
             if gpu["uuid"] == text:
-                return _store_handle(device, _encode(_KIND_DEVICE, gpu["index"]))
+                return _store_handle(device, _encode(KIND_DEVICE, gpu["index"]))
             for gi, ci in self._mig_devices(gpu) if gpu["mig_current"] else []:
                 if _mig_uuid(gpu, gi, ci) == text:
                     return _store_handle(
-                        device, _encode(_KIND_MIG_DEVICE, gpu["index"], gi["id"], ci["id"])
+                        device, _encode(KIND_MIG_DEVICE, gpu["index"], gi["id"], ci["id"])
                     )
         raise _Fail(pynvml.NVML_ERROR_NOT_FOUND)
 
     def nvmlDeviceGetName(self, device: Any, buffer: Any, length: Any) -> None:
-        gpu = self._gpu(device, (_KIND_DEVICE, _KIND_MIG_DEVICE))
+        gpu = self._gpu(device, (KIND_DEVICE, KIND_MIG_DEVICE))
         name = self._model(gpu).nvml_names[0]
-        if _decode(device)[0] == _KIND_MIG_DEVICE:
-            _, gi, ci = self._compute_instance(device, _KIND_MIG_DEVICE)
+        if _decode(device)[0] == KIND_MIG_DEVICE:
+            _, gi, ci = self._compute_instance(device, KIND_MIG_DEVICE)
             name = f"{name} {_ci_name(self._gi_profile(gpu, gi), ci['profile_id'])}"
         _write_string(buffer, length, name)
 
     def nvmlDeviceGetUUID(self, device: Any, buffer: Any, length: Any) -> None:
-        gpu = self._gpu(device, (_KIND_DEVICE, _KIND_MIG_DEVICE))
+        gpu = self._gpu(device, (KIND_DEVICE, KIND_MIG_DEVICE))
         text = gpu["uuid"]
-        if _decode(device)[0] == _KIND_MIG_DEVICE:
-            _, gi, ci = self._compute_instance(device, _KIND_MIG_DEVICE)
+        if _decode(device)[0] == KIND_MIG_DEVICE:
+            _, gi, ci = self._compute_instance(device, KIND_MIG_DEVICE)
             text = _mig_uuid(gpu, gi, ci)
         _write_string(buffer, length, text)
 
     def nvmlDeviceGetIndex(self, device: Any, index: Any) -> None:
         _store(index, self._gpu(device)["index"])
+
+    def nvmlDeviceGetMinorNumber(self, device: Any, minor: Any) -> None:
+        # The lab's /dev/nvidia<N> nodes are numbered by index, as on a single-board host.
+        _store(minor, self._gpu(device)["index"])
+
+    def nvmlDeviceGetCudaComputeCapability(self, device: Any, major: Any, minor: Any) -> None:
+        model = self._model(self._gpu(device, (KIND_DEVICE, KIND_MIG_DEVICE)))
+        if model.compute_capability == (0, 0):
+            raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        _store(major, model.compute_capability[0])
+        _store(minor, model.compute_capability[1])
 
     def nvmlDeviceGetPciInfo_v3(self, device: Any, info: Any) -> None:
         gpu = self._gpu(device)
@@ -286,10 +305,10 @@ class _Driver:
         self._memory(device, memory, versioned=True)
 
     def _memory(self, device: Any, memory: Any, versioned: bool) -> None:
-        gpu = self._gpu(device, (_KIND_DEVICE, _KIND_MIG_DEVICE))
+        gpu = self._gpu(device, (KIND_DEVICE, KIND_MIG_DEVICE))
         mib = self._model(gpu).memory_mib
-        if _decode(device)[0] == _KIND_MIG_DEVICE:
-            _, gi, _ = self._compute_instance(device, _KIND_MIG_DEVICE)
+        if _decode(device)[0] == KIND_MIG_DEVICE:
+            _, gi, _ = self._compute_instance(device, KIND_MIG_DEVICE)
             mib = self._gi_profile(gpu, gi).memory_mib
         target = _deref(memory)
         expected = pynvml.c_nvmlMemory_v2_t if versioned else pynvml.c_nvmlMemory_t
@@ -428,7 +447,7 @@ class _Driver:
                 "compute_instances": [],
             }
         )
-        _store_handle(instance, _encode(_KIND_GPU_INSTANCE, gpu["index"], gi_id))
+        _store_handle(instance, _encode(KIND_GPU_INSTANCE, gpu["index"], gi_id))
 
     def nvmlDeviceGetGpuInstances(
         self, device: Any, profile_id: Any, instances: Any, count: Any
@@ -445,7 +464,7 @@ class _Driver:
             count,
             [
                 _pointer(
-                    pynvml.c_nvmlGpuInstance_t, _encode(_KIND_GPU_INSTANCE, gpu["index"], gi["id"])
+                    pynvml.c_nvmlGpuInstance_t, _encode(KIND_GPU_INSTANCE, gpu["index"], gi["id"])
                 )
                 for gi in found
             ],
@@ -457,14 +476,14 @@ class _Driver:
         wanted = _int(gi_id)
         if not any(gi["id"] == wanted for gi in gpu["gpu_instances"]):
             raise _Fail(pynvml.NVML_ERROR_NOT_FOUND)
-        _store_handle(instance, _encode(_KIND_GPU_INSTANCE, gpu["index"], wanted))
+        _store_handle(instance, _encode(KIND_GPU_INSTANCE, gpu["index"], wanted))
 
     def nvmlGpuInstanceGetInfo(self, instance: Any, info: Any) -> None:
         gpu, gi = self._gpu_instance(instance)
         target = _deref(info)
         if not isinstance(target, pynvml.c_nvmlGpuInstanceInfo_t):
             raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        target.device = _pointer(pynvml.c_nvmlDevice_t, _encode(_KIND_DEVICE, gpu["index"]))
+        target.device = _pointer(pynvml.c_nvmlDevice_t, _encode(KIND_DEVICE, gpu["index"]))
         target.id, target.profileId = gi["id"], gi["profile_id"]
         target.placement.start, target.placement.size = gi["start"], gi["size"]
 
@@ -481,7 +500,7 @@ class _Driver:
         """(slices, max instances) of CI profile ``const`` inside ``gi``."""
         if const >= pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT:
             raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        slices = _CI_SLICES.get(const)
+        slices = CI_SLICES.get(const)
         gi_slices = self._gi_profile(gpu, gi).compute_slices
         if slices is None or slices > gi_slices:
             raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
@@ -538,7 +557,7 @@ class _Driver:
         gi["compute_instances"].append(
             {"id": ci_id, "profile_id": const, "start": starts[0], "size": slices}
         )
-        _store_handle(out, _encode(_KIND_COMPUTE_INSTANCE, gpu["index"], gi["id"], ci_id))
+        _store_handle(out, _encode(KIND_COMPUTE_INSTANCE, gpu["index"], gi["id"], ci_id))
 
     def nvmlGpuInstanceGetComputeInstances(
         self, instance: Any, profile_id: Any, out: Any, count: Any
@@ -556,7 +575,7 @@ class _Driver:
             [
                 _pointer(
                     pynvml.c_nvmlComputeInstance_t,
-                    _encode(_KIND_COMPUTE_INSTANCE, gpu["index"], gi["id"], ci["id"]),
+                    _encode(KIND_COMPUTE_INSTANCE, gpu["index"], gi["id"], ci["id"]),
                 )
                 for ci in found
             ],
@@ -567,12 +586,19 @@ class _Driver:
         target = _deref(info)
         if not isinstance(target, pynvml.c_nvmlComputeInstanceInfo_t):
             raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        target.device = _pointer(pynvml.c_nvmlDevice_t, _encode(_KIND_DEVICE, gpu["index"]))
+        target.device = _pointer(pynvml.c_nvmlDevice_t, _encode(KIND_DEVICE, gpu["index"]))
         target.gpuInstance = _pointer(
-            pynvml.c_nvmlGpuInstance_t, _encode(_KIND_GPU_INSTANCE, gpu["index"], gi["id"])
+            pynvml.c_nvmlGpuInstance_t, _encode(KIND_GPU_INSTANCE, gpu["index"], gi["id"])
         )
         target.id, target.profileId = ci["id"], ci["profile_id"]
         target.placement.start, target.placement.size = ci["start"], ci["size"]
+
+    def nvmlGpuInstanceGetComputeInstanceById(self, instance: Any, ci_id: Any, out: Any) -> None:
+        gpu, gi = self._gpu_instance(instance)
+        wanted = _int(ci_id)
+        if not any(ci["id"] == wanted for ci in gi["compute_instances"]):
+            raise _Fail(pynvml.NVML_ERROR_NOT_FOUND)
+        _store_handle(out, _encode(KIND_COMPUTE_INSTANCE, gpu["index"], gi["id"], wanted))
 
     def nvmlComputeInstanceDestroy(self, instance: Any) -> None:
         _, gi, ci = self._compute_instance(instance)
@@ -581,8 +607,11 @@ class _Driver:
     # -- MIG devices -----------------------------------------------------------------------
 
     def nvmlDeviceGetMaxMigDeviceCount(self, device: Any, count: Any) -> None:
-        model = self._mig_model(self._gpu(device), enabled=False)
-        _store(count, model.compute_slices)
+        # nvml.h: "Returns zero if MIG is not supported or enabled" (quoted in NVIDIA/go-nvml#60);
+        # go-nvlib walks that many MIG handles, so a MIG-off GPU must answer 0, not an error.
+        gpu = self._gpu(device)
+        model = self._mig_model(gpu, enabled=False)
+        _store(count, model.compute_slices if gpu["mig_current"] else 0)
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: Any, out: Any) -> None:
         gpu = self._gpu(device)
@@ -594,11 +623,11 @@ class _Driver:
         if position >= len(devices):
             raise _Fail(pynvml.NVML_ERROR_NOT_FOUND)
         gi, ci = devices[position]
-        _store_handle(out, _encode(_KIND_MIG_DEVICE, gpu["index"], gi["id"], ci["id"]))
+        _store_handle(out, _encode(KIND_MIG_DEVICE, gpu["index"], gi["id"], ci["id"]))
 
     def nvmlDeviceIsMigDeviceHandle(self, device: Any, out: Any) -> None:
-        self._gpu(device, (_KIND_DEVICE, _KIND_MIG_DEVICE))
-        _store(out, int(_decode(device)[0] == _KIND_MIG_DEVICE))
+        self._gpu(device, (KIND_DEVICE, KIND_MIG_DEVICE))
+        _store(out, int(_decode(device)[0] == KIND_MIG_DEVICE))
 
     def nvmlDeviceGetGpuInstanceId(self, device: Any, out: Any) -> None:
         _, gi, _ = self._mig_device(device)
@@ -610,12 +639,26 @@ class _Driver:
 
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, device: Any, out: Any) -> None:
         gpu, _, _ = self._mig_device(device)
-        _store_handle(out, _encode(_KIND_DEVICE, gpu["index"]))
+        _store_handle(out, _encode(KIND_DEVICE, gpu["index"]))
+
+    def nvmlDeviceGetAttributes_v2(self, device: Any, attributes: Any) -> None:
+        """Slice counts and memory of a MIG device; engine and SM counts stay 0 (not in the catalog).
+
+        nvml.h: "This API currently only supports MIG device handles."
+        """
+        gpu, gi, ci = self._mig_device(device)
+        target = _deref(attributes)
+        if not isinstance(target, pynvml.c_nvmlDeviceAttributes):
+            raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        profile = self._gi_profile(gpu, gi)
+        target.gpuInstanceSliceCount = profile.compute_slices
+        target.computeInstanceSliceCount = CI_SLICES[ci["profile_id"]]
+        target.memorySizeMB = profile.memory_mib
 
     def _mig_device(self, device: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        if _decode(device)[0] == _KIND_DEVICE:
+        if _decode(device)[0] == KIND_DEVICE:
             raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return self._compute_instance(device, _KIND_MIG_DEVICE)
+        return self._compute_instance(device, KIND_MIG_DEVICE)
 
 
 FUNCTIONS: frozenset[str] = frozenset(name for name in vars(_Driver) if name.startswith("nvml")) | {
@@ -636,6 +679,15 @@ def nvml_version(driver_version: str) -> str:
     branch = int(driver_version.split(".")[0])
     cuda = 13 if branch >= 580 else 12 if branch >= 525 else 11
     return f"{cuda}.{driver_version}"
+
+
+def cuda_driver_version(driver_version: str) -> int:
+    """The CUDA version NVML reports (``1000 * major``): the major of ``nvml_version``.
+
+    >>> cuda_driver_version("550.127.05")
+    12000
+    """
+    return int(nvml_version(driver_version).split(".")[0]) * 1000
 
 
 def _gpu_instance_id(model: catalog.GpuModel, where: tuple[int, int], taken: set[int]) -> int:
@@ -689,7 +741,7 @@ def _capacity(gpu: dict[str, Any], model: catalog.GpuModel, profile: catalog.Mig
 
 def _ci_name(gi_profile: catalog.MigProfile, ci_const: int) -> str:
     """``MIG 3g.40gb`` for the CI spanning the GI, ``MIG 1c.3g.40gb`` for a smaller one."""
-    slices = _CI_SLICES[ci_const]
+    slices = CI_SLICES[ci_const]
     if slices == gi_profile.compute_slices:
         return f"MIG {gi_profile.name}"
     return f"MIG {slices}c.{gi_profile.name}"
@@ -697,7 +749,7 @@ def _ci_name(gi_profile: catalog.MigProfile, ci_const: int) -> str:
 
 def _mig_uuid(gpu: dict[str, Any], gi: dict[str, Any], ci: dict[str, Any]) -> str:
     name = "/".join((gpu["uuid"], str(gi["id"]), str(ci["id"])))
-    return f"MIG-{uuid.uuid5(_MIG_UUID_NAMESPACE, name)}"
+    return f"MIG-{uuid.uuid5(MIG_UUID_NAMESPACE, name)}"
 
 
 def _fill_profile_info(info: Any, struct: type, profile: catalog.MigProfile) -> None:
@@ -726,7 +778,7 @@ def _checked_struct(info: Any, struct: type, version: int) -> Any:
 
 
 def _encode(kind: int, gpu: int, gi: int = 0, ci: int = 0) -> int:
-    return _TAG << 44 | kind << 36 | gpu << 24 | gi << 12 | ci
+    return HANDLE_TAG << 44 | kind << 36 | gpu << 24 | gi << 12 | ci
 
 
 def _decode(handle: Any) -> tuple[int, int, int, int]:
@@ -737,7 +789,7 @@ def _decode(handle: Any) -> tuple[int, int, int, int]:
         value = ctypes.cast(handle, ctypes.c_void_p).value or 0
     else:
         return 0, 0, 0, 0
-    if value >> 44 != _TAG:
+    if value >> 44 != HANDLE_TAG:
         return 0, 0, 0, 0
     return value >> 36 & 0xFF, value >> 24 & 0xFFF, value >> 12 & 0xFFF, value & 0xFFF
 

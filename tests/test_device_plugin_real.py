@@ -1,0 +1,215 @@
+"""NVIDIA's real device plugin (v0.20.0) enumerates the simulated GPUs through the C library.
+
+The plugin binary from ../shared/bin runs with ``LD_LIBRARY_PATH`` at the compiled
+``libnvidia-ml.so.1`` and registers with a stand-in kubelet (``kubelet_stub.py``, in a process of its own); what it offers
+over ListAndWatch is compared with what the Python simulator says the host has. Two paths of the
+plugin are fixed, not flags: its own socket directory ``/var/lib/kubelet/device-plugins``
+(pluginapi.DevicePluginPath) and ``/proc/driver/nvidia-caps/mig-minors``. So the plugin runs in a
+private mount namespace (``unshare``, root) where a tmpfs over ``/var/lib`` holds the test's
+socket directory and a tmpfs over ``/proc/driver`` holds the MIG minors a lab host provides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pynvml
+import pytest
+from simulated import carve, initialized, isolate_pynvml, new_host
+from upstream import upstream_binary
+
+from gpuprov.contract import SIM_ENV, SIM_MIG_MINORS_PATH
+from gpuprov.sim import install
+from gpuprov.sim.caps import mig_minors
+from gpuprov.sim.libnvml import build
+
+STUB = Path(__file__).parent / "kubelet_stub.py"
+TIMEOUT = 30
+
+SANDBOX = f"""
+set -e
+mount -t tmpfs gpuprov-proc-driver /proc/driver
+mkdir -p "$(dirname {SIM_MIG_MINORS_PATH})"
+cp "$CAPS" {SIM_MIG_MINORS_PATH}
+mount -t tmpfs gpuprov-var-lib /var/lib
+mkdir -p /var/lib/kubelet/device-plugins
+mount --bind "$SOCKETS" /var/lib/kubelet/device-plugins
+exec "$PLUGIN" --config-file "$CONFIG" --kubelet-socket "$SOCKETS/kubelet.sock"
+"""
+
+
+@pytest.fixture(scope="session")
+def plugin() -> Path:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare: the plugin's socket directory is a fixed path")
+    return upstream_binary("nvidia-device-plugin")
+
+
+@pytest.fixture(scope="session")
+def api(tmp_path_factory) -> Path:
+    """A directory for the stand-in kubelet's compiled API (grpcio-tools must be installed)."""
+    if importlib.util.find_spec("grpc_tools") is None:
+        pytest.skip("needs grpcio-tools (the `test` extra)")
+    return tmp_path_factory.mktemp("deviceplugin-api")
+
+
+@pytest.fixture(scope="session")
+def library() -> Path:
+    try:
+        return build.library()
+    except build.BuildError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch):
+    isolate_pynvml(monkeypatch)
+
+
+@contextlib.contextmanager
+def running_plugin(
+    tmp_path: Path, binary: Path, library: Path, state: str, config: str
+) -> Iterator[Path]:
+    """The plugin running against ``state`` with ``config``; yields its log file, then stops it."""
+    sockets = tmp_path / "device-plugins"
+    (tmp_path / "config.yaml").write_text(config)
+    (tmp_path / "mig-minors").write_text(mig_minors(8))
+    log = tmp_path / "plugin.log"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LD_LIBRARY_PATH": str(library.parent),
+        SIM_ENV: state,
+        "DP_DISABLE_HEALTHCHECKS": "all",
+        "CAPS": str(tmp_path / "mig-minors"),
+        "SOCKETS": str(sockets),
+        "CONFIG": str(tmp_path / "config.yaml"),
+        "PLUGIN": str(binary),
+    }
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", SANDBOX],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield log
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def advertised(tmp_path, plugin, library, api, state: str, config: str, resources: int):
+    """What the plugin registers, as the stand-in kubelet (a child process) receives it."""
+    sockets = tmp_path / "device-plugins"
+    sockets.mkdir()
+    kubelet = subprocess.Popen(
+        [sys.executable, str(STUB), str(sockets), str(resources), str(TIMEOUT), str(api)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(sockets / "kubelet.sock", kubelet)
+        with running_plugin(tmp_path, plugin, library, state, config) as log:
+            try:
+                out, err = kubelet.communicate(timeout=TIMEOUT + 30)
+            except subprocess.TimeoutExpired:
+                out, err = "", "the stand-in kubelet did not finish"
+            if kubelet.returncode != 0:
+                raise AssertionError(f"{err[-2000:]}\nplugin log:\n{log.read_text()[-4000:]}")
+        return json.loads(out.splitlines()[-1])
+    finally:
+        if kubelet.poll() is None:
+            os.killpg(kubelet.pid, signal.SIGKILL)
+            kubelet.wait(timeout=10)
+
+
+def _wait_for(socket: Path, kubelet: subprocess.Popen) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not socket.exists():
+        if kubelet.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"the stand-in kubelet did not start: {kubelet.stderr.read()}")
+        time.sleep(0.05)
+
+
+def simulated(path: str) -> dict[str, list[str]]:
+    """UUIDs of MIG-off GPUs (key "gpu") and of MIG devices by profile, from the Python simulator."""
+    install(path)
+    found: dict[str, list[str]] = {}
+    with initialized():
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            device = pynvml.nvmlDeviceGetHandleByIndex(index)
+            if not pynvml.nvmlDeviceGetMigMode(device)[0]:
+                found.setdefault("gpu", []).append(pynvml.nvmlDeviceGetUUID(device))
+            name = pynvml.nvmlDeviceGetName(device)
+            for position in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(device)):
+                with contextlib.suppress(pynvml.NVMLError_NotFound):
+                    mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(device, position)
+                    profile = pynvml.nvmlDeviceGetName(mig).removeprefix(f"{name} MIG ")
+                    found.setdefault(profile, []).append(pynvml.nvmlDeviceGetUUID(mig))
+    return {key: sorted(uuids) for key, uuids in found.items()}
+
+
+TIME_SLICING = """
+version: v1
+flags:
+  migStrategy: none
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 4
+"""
+
+
+def test_time_slicing_offers_replicas_of_each_gpu_as_the_shared_resource(
+    tmp_path, plugin, library, api
+):
+    state = new_host(tmp_path, "A100-80GB", 2)
+    offered = advertised(tmp_path, plugin, library, api, state, TIME_SLICING, resources=1)
+    gpus = simulated(state)["gpu"]
+    assert offered == {
+        "nvidia.com/gpu.shared": sorted(f"{uuid}::{r}" for uuid in gpus for r in range(4))
+    }
+
+
+def test_mixed_offers_each_mig_profile_and_the_whole_gpu_beside_it(tmp_path, plugin, library, api):
+    state = new_host(tmp_path, "H100-80GB", 2, mig=[0])
+    carve(state, {0: [(9, [2]), (14, [1]), (19, [0]), (19, [0])]})
+    config = "version: v1\nflags:\n  migStrategy: mixed\n"
+    offered = advertised(tmp_path, plugin, library, api, state, config, resources=4)
+    expected = simulated(state)
+    assert offered == {
+        "nvidia.com/gpu": expected["gpu"],
+        "nvidia.com/mig-3g.40gb": expected["3g.40gb"],
+        "nvidia.com/mig-2g.20gb": expected["2g.20gb"],
+        "nvidia.com/mig-1g.10gb": expected["1g.10gb"],
+    }
+    assert len(offered["nvidia.com/mig-1g.10gb"]) == 2
+
+
+def test_single_offers_every_mig_device_as_gpus(tmp_path, plugin, library, api):
+    state = new_host(tmp_path, "H200-141GB", 2, mig=[0, 1])
+    carve(state, {0: [(9, [2]), (9, [2])], 1: [(9, [2]), (9, [2])]})
+    config = "version: v1\nflags:\n  migStrategy: single\n"
+    offered = advertised(tmp_path, plugin, library, api, state, config, resources=1)
+    assert offered == {"nvidia.com/gpu": simulated(state)["3g.71gb"]}
+    assert len(offered["nvidia.com/gpu"]) == 4
