@@ -82,6 +82,10 @@ CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1
 KUBELET_DEFAULT_MAX_PODS = 110
 KUBELET_CONFIG_PATH = "/var/lib/kubelet/config.yaml"
 KUBELET_DROP_IN = "50-gpuprov.conf"  # drop-ins must end in .conf, applied in sorted order
+# Where device plugins register (k8s.io/kubelet pkg/apis/deviceplugin/v1beta1 DevicePluginPath)
+# and the device manager's checkpoint in it (kubernetes pkg/kubelet/cm/devicemanager/types.go).
+KUBELET_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+KUBELET_DEVICE_CHECKPOINT = f"{KUBELET_DEVICE_PLUGIN_DIR}/kubelet_internal_checkpoint"
 
 # --- Device plugin --------------------------------------------------------------------------------
 DEVICE_PLUGIN_CONFIG_PATH = "/etc/nvidia/device-plugin/config.yaml"
