@@ -7,8 +7,8 @@ systemd-nspawn in this machine's network namespace (so the kubelet reaches the A
 ``gpuprov lab up``: the lab is one per machine. Torn down whatever happens: the container, the
 overlay mount, the control plane and the directory.
 
-Root only. Without the built Kubernetes binaries (or without the lab's base rootfs) the module
-is skipped with how to make them, except under CI, where that is a failure.
+Root only. Without the built Kubernetes binaries the module is skipped with how to build them,
+except under CI, where that is a failure. The lab's base rootfs is built if missing.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from gpuprov.contract import (
     kubelet_drop_in_path,
 )
 from gpuprov.kubelet_checkpoint import registered_devices
+from gpuprov.lab import base as lab_base
 from gpuprov.lab import device_plugin, kubebuild, kubelet
 from gpuprov.lab.controlplane import ControlPlane, node_identity
 from gpuprov.sim import state
@@ -152,16 +153,6 @@ class Host:
             subprocess.run(["umount", str(self.root)], check=True, timeout=30)
 
 
-def _base() -> Path:
-    bases = sorted(Path("/var/tmp").glob("gpuprov-lab-base-*/etc/os-release"))
-    if not bases:
-        message = "no lab base rootfs in /var/tmp/gpuprov-lab-base-*: run `gpuprov lab up` once"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return bases[-1].parents[1]
-
-
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
     if os.geteuid() != 0:
@@ -183,7 +174,7 @@ def plane() -> Iterator[ControlPlane]:
 @pytest.fixture(scope="module")
 def host(plane: ControlPlane) -> Iterator[Host]:
     """The host booted with the kubelet, and the device plugin time-slicing two A100s 4 ways."""
-    base = _base()
+    base = lab_base.ensure()  # built once per version, as `gpuprov lab up` does (about 30 s)
     library = build.library()
     plugin = upstream_binary("nvidia-device-plugin")
     host = Host(Path(tempfile.mkdtemp(prefix="gpuprov-kubelet-test-")))
@@ -306,3 +297,23 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_stopped_plugin_zeroes_allocatable_and_its_socket_but_not_the_checkpoint(plane, host):
+    # What verify on the node must know: the kubelet keeps a stopped plugin's devices for
+    # endpointStopGracePeriod (5 min, devicemanager/types.go) and does not rewrite the
+    # checkpoint, so the checkpoint alone does not show that the plugin still serves.
+    before = _checkpoint(host)
+    stopped = time.monotonic()
+    host.run("systemctl", "stop", "nvidia-device-plugin.service")
+    _wait_for(
+        plane,
+        lambda n: n["status"].get("allocatable", {}).get("nvidia.com/mig-1g.10gb") == "0",
+        ADVERTISE_TIMEOUT,
+        host,
+        "kubelet.service",
+    )
+    TIMINGS["plugin stop to allocatable 0"] = time.monotonic() - stopped
+    assert _checkpoint(host) == before
+    sockets = [p.name for p in (host.root / KUBELET_DEVICE_PLUGIN_DIR.lstrip("/")).iterdir()]
+    assert sorted(s for s in sockets if s.endswith(".sock")) == ["kubelet.sock"]
