@@ -257,7 +257,7 @@ def test_real_device_plugin_in_mixed_mig_advertises_each_profile_and_the_whole_g
         "nvidia.com/mig-2g.20gb": "1",
         "nvidia.com/mig-1g.10gb": "2",
     }
-    _wait_for(
+    node = _wait_for(
         plane,
         lambda n: all(n["status"].get("allocatable", {}).get(k) == v for k, v in planned.items()),
         ADVERTISE_TIMEOUT,
@@ -265,6 +265,9 @@ def test_real_device_plugin_in_mixed_mig_advertises_each_profile_and_the_whole_g
         "nvidia-device-plugin.service",
     )
     TIMINGS["plugin restart to MIG resources allocatable"] = time.monotonic() - changed
+    # The resource of the replaced config stays listed, with nothing allocatable, until the
+    # kubelet forgets it (endpointStopGracePeriod, 5 min): an extra name, not a missing one.
+    assert node["status"]["allocatable"]["nvidia.com/gpu.shared"] == "0"
     devices = _checkpoint(host)
     assert {k: len(devices[k]) for k in planned} == {k: int(v) for k, v in planned.items()}
     assert all(i.startswith("MIG-") for k in planned if "mig-" in k for i in devices[k])
@@ -297,6 +300,29 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_plugin_registers_again_by_itself_after_the_kubelet_restarts(plane, host):
+    # The kubelet empties the socket directory when it starts (devicemanager Start); the plugin
+    # sees kubelet.sock come back and registers anew, with a new socket of its own.
+    sockets = host.root / KUBELET_DEVICE_PLUGIN_DIR.lstrip("/")
+    before = {p.name: p.stat().st_ino for p in sockets.glob("nvidia-*.sock")}
+    assert before
+    restarted = time.monotonic()
+    host.run("systemctl", "restart", "kubelet.service")
+    deadline = time.monotonic() + ADVERTISE_TIMEOUT
+    while time.monotonic() < deadline:
+        after = {p.name: p.stat().st_ino for p in sockets.glob("nvidia-*.sock")}
+        if after.keys() == before.keys() and not set(after.values()) & set(before.values()):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(
+            f"no new plugin sockets: {before} -> {after}\n{host.journal('kubelet')}"
+        )
+    TIMINGS["kubelet restart to the plugin registered again"] = time.monotonic() - restarted
+    node = _wait_for(plane, _ready, READY_TIMEOUT, host, "kubelet.service")
+    assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "2"
 
 
 def test_stopped_plugin_zeroes_allocatable_and_its_socket_but_not_the_checkpoint(plane, host):
