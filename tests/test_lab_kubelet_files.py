@@ -10,6 +10,8 @@ import json
 import os
 from pathlib import Path
 
+import yaml
+
 from gpuprov.contract import DEVICE_PLUGIN_CONFIG_PATH, KUBELET_CONFIG_PATH
 from gpuprov.lab import device_plugin, kubelet
 
@@ -70,7 +72,7 @@ def test_install_enables_the_kubelet_unit_named_for_the_node_with_the_kernel_val
         source = f"{kubelet.KERNEL_DIR}/{name.replace('/', '.')}"
         assert f"BindReadOnlyPaths={source}:/proc/sys/{name}\n" in unit
         assert (root / source.lstrip("/")).read_text() == f"{value}\n"
-    config = json.loads((root / KUBELET_CONFIG_PATH.lstrip("/")).read_text())
+    config = yaml.safe_load((root / KUBELET_CONFIG_PATH.lstrip("/")).read_text())
     assert (config["port"], config["healthzPort"]) == (20250, 20248)
     assert config["enforceNodeAllocatable"] == ["none"]
     assert (root / kubelet.KUBELET.lstrip("/")).stat().st_mode & 0o111

@@ -20,6 +20,8 @@ import base64
 import json
 from pathlib import Path
 
+import yaml
+
 from gpuprov.contract import KUBELET_CONFIG_PATH
 
 KUBELET = "/usr/bin/kubelet"  # where the base's stand-in sits: its enabled unit points there
@@ -171,7 +173,11 @@ def install(
     """
     put(root, KUBELET, kubelet.read_bytes(), mode=0o755)
     put(root, KUBECONFIG, json.dumps(self_contained(kubeconfig)).encode(), mode=0o600)
-    put(root, KUBELET_CONFIG_PATH, json.dumps(config(port, healthz_port), indent=2).encode())
+    put(
+        root,
+        KUBELET_CONFIG_PATH,
+        yaml.safe_dump(config(port, healthz_port), sort_keys=False).encode(),
+    )
     (root / CONFIG_DIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
     for name, value in KERNEL_TUNABLES.items():
         put(root, f"{KERNEL_DIR}/{name.replace('/', '.')}", f"{value}\n".encode())
