@@ -303,24 +303,26 @@ def _free_port() -> int:
 
 
 def test_plugin_registers_again_by_itself_after_the_kubelet_restarts(plane, host):
-    # The kubelet empties the socket directory when it starts (devicemanager Start); the plugin
-    # sees kubelet.sock come back and registers anew, with a new socket of its own.
+    # The kubelet removes every socket in the directory when it starts (CleanupPluginDirectory,
+    # devicemanager/manager.go); the plugin sees kubelet.sock come back and registers anew: new
+    # sockets of its own, and the kubelet rewrites its checkpoint with the devices it got.
     sockets = host.root / KUBELET_DEVICE_PLUGIN_DIR.lstrip("/")
-    before = {p.name: p.stat().st_ino for p in sockets.glob("nvidia-*.sock")}
-    assert before
-    restarted = time.monotonic()
+    checkpoint = host.root / KUBELET_DEVICE_CHECKPOINT.lstrip("/")
+    names, devices = sorted(p.name for p in sockets.glob("nvidia-*.sock")), _checkpoint(host)
+    assert names
+    restarted, since = time.monotonic(), time.time_ns()
     host.run("systemctl", "restart", "kubelet.service")
+
+    def registered_again() -> bool:
+        new = [p for p in sockets.glob("nvidia-*.sock") if p.stat().st_ctime_ns >= since]
+        return sorted(p.name for p in new) == names and checkpoint.stat().st_mtime_ns >= since
+
     deadline = time.monotonic() + ADVERTISE_TIMEOUT
-    while time.monotonic() < deadline:
-        after = {p.name: p.stat().st_ino for p in sockets.glob("nvidia-*.sock")}
-        if after.keys() == before.keys() and not set(after.values()) & set(before.values()):
-            break
+    while not registered_again():
+        assert time.monotonic() < deadline, host.journal("nvidia-device-plugin.service")
         time.sleep(0.2)
-    else:
-        raise AssertionError(
-            f"no new plugin sockets: {before} -> {after}\n{host.journal('kubelet')}"
-        )
     TIMINGS["kubelet restart to the plugin registered again"] = time.monotonic() - restarted
+    assert _checkpoint(host) == devices
     node = _wait_for(plane, _ready, READY_TIMEOUT, host, "kubelet.service")
     assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "2"
 
