@@ -65,6 +65,7 @@ sharing:
         replicas: 4
 """
 MIXED = "version: v1\nflags:\n  migStrategy: mixed\n"
+SINGLE = "version: v1\nflags:\n  migStrategy: single\n"
 
 TIMINGS: dict[str, float] = {}
 
@@ -327,6 +328,27 @@ def test_plugin_registers_again_by_itself_after_the_kubelet_restarts(plane, host
     assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "2"
 
 
+def test_real_device_plugin_in_single_mig_advertises_every_mig_device_as_a_gpu(plane, host):
+    path = str(host.root / SIM_STATE_PATH.lstrip("/"))
+    hardware = state.new_state("H200-141GB", 2, seed=NODE)
+    for gpu in hardware["gpus"]:
+        gpu["mig_current"] = gpu["mig_pending"] = True
+    state.write_new(path, hardware)
+    carve(path, {0: [(9, [2]), (9, [2])], 1: [(9, [2]), (9, [2])]})  # 2 × 3g.71gb on each
+    host.write(DEVICE_PLUGIN_CONFIG_PATH, SINGLE)
+    host.run("systemctl", "restart", "nvidia-device-plugin.service")
+    _wait_for(
+        plane,
+        lambda n: n["status"].get("allocatable", {}).get("nvidia.com/gpu") == "4",
+        ADVERTISE_TIMEOUT,
+        host,
+        "nvidia-device-plugin.service",
+    )
+    ids = _checkpoint(host)["nvidia.com/gpu"]
+    assert len(ids) == 4
+    assert all(i.startswith("MIG-") for i in ids)
+
+
 def test_stopped_plugin_zeroes_allocatable_and_its_socket_but_not_the_checkpoint(plane, host):
     # What verify on the node must know: the kubelet keeps a stopped plugin's devices for
     # endpointStopGracePeriod (5 min, devicemanager/types.go) and does not rewrite the
@@ -336,7 +358,7 @@ def test_stopped_plugin_zeroes_allocatable_and_its_socket_but_not_the_checkpoint
     host.run("systemctl", "stop", "nvidia-device-plugin.service")
     _wait_for(
         plane,
-        lambda n: n["status"].get("allocatable", {}).get("nvidia.com/mig-1g.10gb") == "0",
+        lambda n: n["status"].get("allocatable", {}).get("nvidia.com/gpu") == "0",
         ADVERTISE_TIMEOUT,
         host,
         "kubelet.service",
