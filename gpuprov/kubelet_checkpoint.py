@@ -2,8 +2,10 @@
 
 The kubelet writes ``/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint`` (contract
 ``KUBELET_DEVICE_CHECKPOINT``) whenever a device plugin's device list changes. Its schema is the
-Go struct ``checkpoint.Data`` in kubernetes ``pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go``
-(v1.34): ``{"Data": {"PodDeviceEntries": [...] | null, "RegisteredDevices": {resource: [ids]}},
+Go struct ``checkpoint.Data`` in kubernetes
+``pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go`` (read in the v1.34.4 module source the
+lab's kubelet is built from; https://github.com/kubernetes/kubernetes/blob/v1.34.4/pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go):
+``{"Data": {"PodDeviceEntries": [...] | null, "RegisteredDevices": {resource: [ids]}},
 "Checksum": uint32}``. ``RegisteredDevices`` holds the *healthy* devices of each resource
 (``ManagerImpl.writeCheckpoint`` in ``devicemanager/manager.go``); ids are the plugin's
 (``GPU-<uuid>::<replica>`` when time-sliced, ``MIG-<uuid>`` for MIG devices).
