@@ -278,6 +278,13 @@ def _checkpoint(host: Host) -> dict[str, list[str]]:
     return registered_devices((host.root / KUBELET_DEVICE_CHECKPOINT.lstrip("/")).read_text())
 
 
+def _changed_since(path: Path, since_ns: int, time_of: str = "ctime") -> bool:
+    try:
+        return getattr(path.stat(), f"st_{time_of}_ns") >= since_ns
+    except FileNotFoundError:  # removed between listing and looking: not (yet) the new one
+        return False
+
+
 def _ready(node: dict) -> bool:
     conditions = node.get("status", {}).get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
@@ -306,24 +313,29 @@ def _free_port() -> int:
 def test_plugin_registers_again_by_itself_after_the_kubelet_restarts(plane, host):
     # The kubelet removes every socket in the directory when it starts (CleanupPluginDirectory,
     # devicemanager/manager.go); the plugin sees kubelet.sock come back and registers anew: new
-    # sockets of its own, and the kubelet rewrites its checkpoint with the devices it got.
+    # sockets of its own, and the kubelet rewrites its checkpoint with the devices it got (one
+    # resource after the other: the first rewrite may not have them all yet).
     sockets = host.root / KUBELET_DEVICE_PLUGIN_DIR.lstrip("/")
     checkpoint = host.root / KUBELET_DEVICE_CHECKPOINT.lstrip("/")
-    names, devices = sorted(p.name for p in sockets.glob("nvidia-*.sock")), _checkpoint(host)
-    assert names
+    names = sorted(p.name for p in sockets.glob("nvidia-*.sock"))
+    served = {  # nvidia-mig-1g.10gb.sock serves nvidia.com/mig-1g.10gb
+        f"nvidia.com/{n.removeprefix('nvidia-').removesuffix('.sock')}" for n in names
+    }
+    devices = {k: v for k, v in _checkpoint(host).items() if k in served}
+    assert len(devices) == len(names) == 4
     restarted, since = time.monotonic(), time.time_ns()
     host.run("systemctl", "restart", "kubelet.service")
 
-    def registered_again() -> bool:
-        new = [p for p in sockets.glob("nvidia-*.sock") if p.stat().st_ctime_ns >= since]
-        return sorted(p.name for p in new) == names and checkpoint.stat().st_mtime_ns >= since
+    def registered_again() -> tuple[list[str], dict[str, list[str]]]:
+        new = sorted(p.name for p in sockets.glob("nvidia-*.sock") if _changed_since(p, since))
+        now = _checkpoint(host) if _changed_since(checkpoint, since, "mtime") else {}
+        return new, {k: v for k, v in now.items() if k in served}
 
     deadline = time.monotonic() + ADVERTISE_TIMEOUT
-    while not registered_again():
-        assert time.monotonic() < deadline, host.journal("nvidia-device-plugin.service")
+    while (now := registered_again()) != (names, devices):
+        assert time.monotonic() < deadline, f"new sockets and checkpoint: {now}"
         time.sleep(0.2)
     TIMINGS["kubelet restart to the plugin registered again"] = time.monotonic() - restarted
-    assert _checkpoint(host) == devices
     node = _wait_for(plane, _ready, READY_TIMEOUT, host, "kubelet.service")
     assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "2"
 
