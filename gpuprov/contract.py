@@ -105,6 +105,10 @@ KUBELET_DROP_IN = "50-gpuprov.conf"  # drop-ins must end in .conf, applied in so
 KUBELET_CONFIG_API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KUBELET_CONFIG_KIND = "KubeletConfiguration"
 KUBELET_UNIT = "kubelet.service"
+# Where device plugins register (k8s.io/kubelet pkg/apis/deviceplugin/v1beta1 DevicePluginPath)
+# and the device manager's checkpoint in it (kubernetes pkg/kubelet/cm/devicemanager/types.go).
+KUBELET_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+KUBELET_DEVICE_CHECKPOINT = f"{KUBELET_DEVICE_PLUGIN_DIR}/kubelet_internal_checkpoint"
 
 # --- Device plugin --------------------------------------------------------------------------------
 DEVICE_PLUGIN_CONFIG_PATH = "/etc/nvidia/device-plugin/config.yaml"

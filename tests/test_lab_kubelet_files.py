@@ -1,0 +1,97 @@
+"""What ``gpuprov.lab.kubelet`` and ``gpuprov.lab.device_plugin`` put into a lab host's root.
+
+That these files make a Ready Node with the planned allocatable is shown by the real kubelet and
+plugin in tests/test_kubelet_in_container.py; here: their content, without root or binaries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import yaml
+
+from gpuprov.contract import DEVICE_PLUGIN_CONFIG_PATH, KUBELET_CONFIG_PATH
+from gpuprov.lab import device_plugin, kubelet
+
+
+def _kubeconfig(tmp_path: Path) -> Path:
+    for name in ("ca.crt", "node.crt", "node.key"):
+        (tmp_path / name).write_text(f"PEM of {name}")
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "lab",
+                "cluster": {
+                    "server": "https://10.200.0.1:16443",
+                    "certificate-authority": str(tmp_path / "ca.crt"),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": "system:node:n1",
+                "user": {
+                    "client-certificate": str(tmp_path / "node.crt"),
+                    "client-key": str(tmp_path / "node.key"),
+                },
+            }
+        ],
+    }
+    path = tmp_path / "node.kubeconfig"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_install_gives_the_host_a_kubeconfig_that_needs_none_of_the_controllers_files(tmp_path):
+    root, binary = tmp_path / "root", tmp_path / "kubelet"
+    binary.write_bytes(b"\x7fELF")
+    kubelet.install(root, "n1", binary, _kubeconfig(tmp_path))
+    written = (root / kubelet.KUBECONFIG.lstrip("/")).read_text()
+    assert str(tmp_path) not in written
+    document = json.loads(written)
+    assert document["users"][0]["user"]["client-key-data"] == "UEVNIG9mIG5vZGUua2V5"
+    assert document["clusters"][0]["cluster"]["server"] == "https://10.200.0.1:16443"
+    assert os.stat(root / kubelet.KUBECONFIG.lstrip("/")).st_mode & 0o777 == 0o600
+
+
+def test_install_enables_the_kubelet_unit_named_for_the_node_with_the_kernel_values_it_wants(
+    tmp_path,
+):
+    root, binary = tmp_path / "root", tmp_path / "kubelet"
+    binary.write_bytes(b"\x7fELF")
+    kubelet.install(root, "n1", binary, _kubeconfig(tmp_path), port=20250, healthz_port=20248)
+    link = root / "etc/systemd/system/multi-user.target.wants/kubelet.service"
+    assert os.readlink(link) == kubelet.UNIT
+    unit = (root / kubelet.UNIT.lstrip("/")).read_text()
+    assert "--hostname-override=n1" in unit
+    for name, value in kubelet.KERNEL_TUNABLES.items():
+        source = f"{kubelet.KERNEL_DIR}/{name.replace('/', '.')}"
+        assert f"BindReadOnlyPaths={source}:/proc/sys/{name}\n" in unit
+        assert (root / source.lstrip("/")).read_text() == f"{value}\n"
+    config = yaml.safe_load((root / KUBELET_CONFIG_PATH.lstrip("/")).read_text())
+    assert (config["port"], config["healthzPort"]) == (20250, 20248)
+    assert config["enforceNodeAllocatable"] == ["none"]
+    assert (root / kubelet.KUBELET.lstrip("/")).stat().st_mode & 0o111
+    assert json.loads((root / kubelet.CNI_CONFIG.lstrip("/")).read_text())["plugins"]
+
+
+def test_device_plugin_unit_reads_gpuprovs_config_and_sees_the_mig_minors_under_proc(tmp_path):
+    root = tmp_path / "root"
+    (tmp_path / "plugin").write_bytes(b"\x7fELF")
+    (tmp_path / "libnvidia-ml.so.1").write_bytes(b"\x7fELF")
+    device_plugin.install(
+        root, tmp_path / "plugin", tmp_path / "libnvidia-ml.so.1", "config 1\nmonitor 2\n"
+    )
+    unit = (root / device_plugin.UNIT.lstrip("/")).read_text()
+    assert f"--config-file={DEVICE_PLUGIN_CONFIG_PATH}" in unit
+    assert f"BindReadOnlyPaths={device_plugin.CAPS_DIR}:/proc/driver/nvidia-caps\n" in unit
+    caps = root / device_plugin.CAPS_DIR.lstrip("/") / "mig-minors"
+    assert caps.read_text() == "config 1\nmonitor 2\n"
+    library = root / device_plugin.LIBRARY_DIR.lstrip("/") / "libnvidia-ml.so.1"
+    assert library.is_file()
+    link = root / "etc/systemd/system/multi-user.target.wants/nvidia-device-plugin.service"
+    assert os.readlink(link) == device_plugin.UNIT
