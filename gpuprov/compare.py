@@ -22,22 +22,18 @@ from typing import Any
 
 from gpuprov import catalog
 from gpuprov.contract import (
-    CRI_PLUGIN,
-    DOCKER_DAEMON_PATH,
-    DOCKER_NVIDIA_RUNTIME_PATH,
     KUBELET_DEFAULT_MAX_PODS,
     KUBELET_DROP_IN,
     MIG_LAYOUT_PATH,
     MIG_UNIT_PATH,
-    NVIDIA_RUNTIME_BINARY,
-    NVIDIA_RUNTIME_TYPE,
     PROBE_SCHEMA,
     VERIFY_SCHEMA,
-    containerd_drop_in_glob,
     kubelet_drop_in_glob,
 )
 from gpuprov.findings import Finding
-from gpuprov.hostfiles.documents import ParseError, deep_merge, dig, parse, scalar
+from gpuprov.hostfiles import containerd as containerd_file
+from gpuprov.hostfiles import docker as docker_file
+from gpuprov.hostfiles.documents import ParseError, dig, parse, scalar
 from gpuprov.mig.diff import MigDiffError, ObservedGi, diff
 from gpuprov.mig.instance import Instance
 from gpuprov.plan import GpuPlan, HostPlan
@@ -68,12 +64,9 @@ def wanted_files(plan: HostPlan) -> tuple[list[str], list[str]]:
     kubelet_glob = kubelet_drop_in_glob(s["kubelet_config_dir"])
     if kubelet_glob:
         globs.append(kubelet_glob)
-    if plan.container_runtime == "containerd":
-        files.append(s["containerd_config_path"])
-        globs.append(containerd_drop_in_glob(s["containerd_config_path"]))
-    else:
-        files.append(DOCKER_DAEMON_PATH)
-    return files, globs
+    runtime = containerd_file if plan.container_runtime == "containerd" else docker_file
+    runtime_files, runtime_globs = runtime.paths(plan)
+    return files + list(runtime_files), globs + list(runtime_globs)
 
 
 def compare(plan: HostPlan, observed: Mapping[str, Any]) -> list[Finding]:
@@ -168,9 +161,11 @@ class _Comparison:
             self.device_plugin()
             self.kubelet_max_pods()
             if self.plan.container_runtime == "containerd":
-                self.containerd()
+                self.findings += containerd_file.check(
+                    self.plan, self.files, self.observed.get("containerd")
+                )
             else:
-                self.docker()
+                self.findings += docker_file.check(self.plan, self.files)
             self.mig_boot_files()
         return self.findings
 
@@ -521,91 +516,6 @@ class _Comparison:
             )
         self.add("kubelet-max-pods", f"maxPods {want}", f"maxPods {scalar(value)} ({origin})", hint)
 
-    def containerd(self) -> None:
-        main_path = self.settings["containerd_config_path"]
-        present, main = self.read("toml", main_path, "container-runtime")
-        main = main if present else {}
-        # Missing key: version 1 in a non-empty file, 2 for an empty one (k8s.md 3.2).
-        version = main.get("version", 1 if main else 2)
-        plugin = CRI_PLUGIN.get(version)
-        hint = "run the deploy (then containerd restarts)"
-        if plugin is None:
-            self.add(
-                "container-runtime",
-                "containerd config version 2 or 3",
-                f"version {scalar(version)} in {main_path}",
-                hint,
-            )
-            return
-        imports = main.get("imports") or []
-        drop_ins = containerd_drop_in_glob(main_path)
-        if drop_ins not in imports:
-            self.add(
-                "container-runtime",
-                f"imports {drop_ins} in {main_path}",
-                f"imports {scalar(imports)}",
-                hint,
-            )
-        effective = main
-        for pattern in imports:
-            for path in sorted(p for p in self.files if fnmatch.fnmatch(p, pattern)):
-                present, doc = self.read("toml", path, "container-runtime")
-                if present:
-                    effective = _merge_containerd(effective, doc, version)
-        where = f"{main_path} + {drop_ins}"
-        section = dig(effective, "plugins", plugin, "containerd") or {}
-        nvidia = dig(section, "runtimes", "nvidia")
-        if not isinstance(nvidia, Mapping):
-            self.add("container-runtime", "runtime nvidia", f"no runtime nvidia in {where}", hint)
-        else:
-            for key, want, got in (
-                ("runtime_type", NVIDIA_RUNTIME_TYPE, nvidia.get("runtime_type")),
-                (
-                    "options.BinaryName",
-                    NVIDIA_RUNTIME_BINARY,
-                    dig(nvidia, "options", "BinaryName"),
-                ),
-            ):
-                if got != want:
-                    self.add(
-                        "container-runtime",
-                        f"runtimes.nvidia.{key} {want}",
-                        "unset" if got is None else f"{scalar(got)}",
-                        hint,
-                    )
-        self.default_runtime("default_runtime_name", section.get("default_runtime_name"), hint)
-
-    def docker(self) -> None:
-        hint = "run the deploy (then docker restarts)"
-        if self.files.get(DOCKER_DAEMON_PATH) is None:
-            self.add(
-                "container-runtime", f"runtime nvidia in {DOCKER_DAEMON_PATH}", "missing file", hint
-            )
-            return
-        present, doc = self.read("json", DOCKER_DAEMON_PATH, "container-runtime")
-        if not present:
-            return
-        path = dig(doc, "runtimes", "nvidia", "path")
-        # docker resolves a bare name on PATH; nvidia-ctk writes the bare name (k8s.md 3.2).
-        if path not in (DOCKER_NVIDIA_RUNTIME_PATH, NVIDIA_RUNTIME_BINARY):
-            self.add(
-                "container-runtime",
-                "runtimes.nvidia.path nvidia-container-runtime",
-                "unset" if path is None else scalar(path),
-                hint,
-            )
-        self.default_runtime("default-runtime", dig(doc, "default-runtime"), hint)
-
-    def default_runtime(self, key: str, got: Any, hint: str) -> None:
-        """nvidia is the runtime's default when ``container_runtime_default`` asks for it."""
-        if self.settings["container_runtime_default"] and got != "nvidia":
-            self.add(
-                "container-runtime",
-                f'{key} "nvidia"',
-                "unset" if got is None else f"{key} {scalar(got)}",
-                hint,
-            )
-
     def mig_boot_files(self) -> None:
         if self.plan.mode != "mig":
             for path in (MIG_LAYOUT_PATH, MIG_UNIT_PATH):
@@ -644,19 +554,3 @@ class _Comparison:
                     "run the deploy (the boot unit would apply the old layout)",
                     gpu=gpu.index,
                 )
-
-
-def _merge_containerd(main: dict, drop_in: Mapping, version: int) -> dict:
-    """Merge one imported file into the config in effect.
-
-    containerd 1.x (config version 2) replaces a whole plugin section with the imported one
-    (containerd/containerd#5837); containerd 2.x (version 3) merges plugin sections key by key
-    (containerd/containerd#9982).
-    """
-    if version == 3:
-        return deep_merge(main, drop_in)
-    out = {**main, **{k: v for k, v in drop_in.items() if k != "plugins"}}
-    plugins = dict(main.get("plugins") or {})
-    plugins.update(drop_in.get("plugins") or {})
-    out["plugins"] = plugins
-    return out

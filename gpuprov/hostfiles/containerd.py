@@ -227,7 +227,7 @@ def render_files(
     version = state.get("version") or {}
     release = runtime_version(version.get("text")) if version.get("ok") else None
     if release is None:
-        raise Refused(f"{path}: no containerd to read it with ({_last(version.get('text'))})")
+        raise Refused(f"{path}: no containerd to read it with ({last_line(version.get('text'))})")
     if main.version == 3 and release < (2,):
         raise Refused(
             f"{path}: config version 3 needs containerd 2.x; "
@@ -235,7 +235,7 @@ def render_files(
         )
     source = state.get("source") or {}
     if not source.get("ok"):
-        raise Refused(f"{path}: containerd cannot read it: {_last(source.get('text'))}")
+        raise Refused(f"{path}: containerd cannot read it: {last_line(source.get('text'))}")
     try:
         dumped = parse("toml", source["text"])
     except ParseError as e:
@@ -383,7 +383,7 @@ def check(plan, files: Mapping[str, str | None], state: Mapping[str, Any] | None
 _ABSENT = object()
 
 
-def _last(text: str | None) -> str:
+def last_line(text: str | None) -> str:
     """The last line of a command's output: where containerd puts its error."""
     lines = (text or "").strip().splitlines()
     return lines[-1] if lines else "no output"
