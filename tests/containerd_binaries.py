@@ -8,9 +8,16 @@ import hashlib
 import lzma
 import os
 import shutil
+import subprocess
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from gpuprov.agent import containerd_state
+from gpuprov.contract import containerd_drop_in_path
+from gpuprov.hostfiles import containerd as hostfile
 
 ROOT = Path(__file__).resolve().parents[1]
 # GPUPROV_SHARED names another checkout's shared directory (a git worktree has none beside it).
@@ -47,3 +54,82 @@ def upstream_containerd() -> str:
     if hashlib.sha256(target.read_bytes()).hexdigest() != UPSTREAM_SHA256:
         pytest.fail(f"{target}: sha256 differs from {UPSTREAM_SHA256}; remove it and rerun")
     return str(target)
+
+
+def node_main(directory: Path, extra: str = "") -> Path:
+    """A kubeadm-style main file whose root, state and sockets live in ``directory``, so a test
+    can run containerd on it beside the machine's own."""
+    main = directory / "config.toml"
+    directory.mkdir(parents=True, exist_ok=True)
+    main.write_text(
+        f'version = 2\nroot = "{directory}/root"\nstate = "{directory}/state"\n{extra}'
+        f'[grpc]\n  address = "{directory}/grpc.sock"\n'
+        f'[ttrpc]\n  address = "{directory}/ttrpc.sock"\n'
+        '[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "registry.k8s.io/pause:3.10"\n'
+        '  [plugins."io.containerd.grpc.v1.cri".containerd]\n    snapshotter = "native"\n'
+        '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+        '      runtime_type = "io.containerd.runc.v2"\n'
+        '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        "        SystemdCgroup = true\n"
+    )
+    return main
+
+
+@contextmanager
+def running_containerd(binary: str, main: Path):
+    """containerd on ``main`` in a private mount namespace, until the block ends (``timeout``
+    stops it after 5 minutes whatever happens)."""
+    log = (main.parent / "containerd.log").open("w")
+    process = subprocess.Popen(
+        ["timeout", "300", "unshare", "-m", binary, "--config", str(main)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    socket = main.parent / "grpc.sock"
+    try:
+        for _ in range(100):  # until it answers (the socket comes before the services)
+            listed = socket.exists() and subprocess.run(
+                ["ctr", "--address", str(socket), "plugins", "ls"], capture_output=True
+            )
+            if (listed and listed.returncode == 0) or process.poll() is not None:
+                break
+            time.sleep(0.1)
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+def state_of(main: Path, sections, binary: str | None = None) -> dict:
+    """The state command's sections for ``main``, with ``binary`` as the host's containerd."""
+    env = dict(os.environ)
+    if binary is not None:
+        bindir = main.parent / "bin"
+        bindir.mkdir(exist_ok=True)
+        if not (bindir / "containerd").exists():
+            (bindir / "containerd").symlink_to(binary)
+        env["PATH"] = f"{bindir}:{env['PATH']}"
+    out = subprocess.run(
+        [
+            "sh",
+            "-c",
+            containerd_state.command(str(main), containerd_drop_in_path(str(main)), sections),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return containerd_state.parse(out.stdout.splitlines())
+
+
+def write_rendered(main: Path, default: bool, binary: str | None = None) -> None:
+    """Write what the deploy renders for ``main`` (read by ``binary``), as the deploy would."""
+    state = state_of(main, ["version", "source"], binary)
+    text = main.read_text() if main.exists() else None
+    new_main, drop_in = hostfile.render_files(str(main), text, state, default)
+    main.write_text(new_main)
+    target = Path(containerd_drop_in_path(str(main)))
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(drop_in)

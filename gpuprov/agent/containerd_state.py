@@ -30,10 +30,12 @@ from collections.abc import Iterable, Sequence
 MARKER = "@@ containerd:"
 SECTIONS = ("version", "source", "dump", "plugins")
 
-# The first [grpc] address of a dump: the socket ctr must talk to.
+# The socket ctr must talk to: `[grpc] address`, in config version 4 (containerd 2.3) the
+# `io.containerd.server.v1.grpc` plugin's; 2.x indents its tables.
 _ADDRESS = (
-    'awk \'/^\\[grpc\\]/{g=1;next} /^\\[/{g=0} g && $1=="address"{gsub(/["\\047]/,"",$3); '
-    "print $3; exit}'"
+    r"""awk '/^[ \t]*\[(grpc|plugins\.["\047]io\.containerd\.server\.v1\.grpc["\047])\]/{g=1;next}"""
+    r""" /^[ \t]*\[/{g=0} g && $1=="address"{sub(/^[^=]*=[ \t]*["\047]/,"");"""
+    r""" sub(/["\047][ \t]*$/,""); print; exit}'"""
 )
 
 
@@ -55,7 +57,7 @@ def command(main: str, drop_in: str, sections: Sequence[str] = SECTIONS) -> str:
     """
     m, directory = shlex.quote(main), shlex.quote(posixpath.dirname(main))
     # containerd runs on its defaults without a main file; `config dump` would fail instead.
-    config = f"$([ -e {m} ] && echo {m} || echo /dev/null)"
+    config = f'"$([ -e {m} ] && echo {m} || echo /dev/null)"'
     ours = shlex.quote(posixpath.relpath(drop_in, posixpath.dirname(main)))
     parts = []
     if "version" in sections:

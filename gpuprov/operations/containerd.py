@@ -102,7 +102,7 @@ def nvidia_runtime(path: str = "/etc/containerd/config.toml", default: bool = Tr
         yield FileUploadCommand(
             io.BytesIO(text.encode()), temp, remote_temp_filename=host.get_temp_filename(temp)
         )
-    yield FunctionCommand(_prove, (path, source, release, default, connector), {})
+    yield FunctionCommand(_prove, (path, source, list(release), default, connector), {})
     yield StringCommand(_keep_previous(path))
     yield StringCommand(f"mkdir -p {shlex.quote(posixpath.dirname(drop_in))}")
     yield StringCommand(
@@ -136,7 +136,7 @@ def _prove(state, host, path: str, source: dict, release, default: bool, connect
         except ParseError as e:
             problems = [f"containerd's config dump is not TOML: {e}"]
         else:
-            problems = hostfile.unexpected_changes(source, candidate, release, default)
+            problems = hostfile.unexpected_changes(source, candidate, tuple(release), default)
     if not problems:
         return True
     _run(
