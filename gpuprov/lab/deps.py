@@ -27,6 +27,9 @@ PROGRAMS = {
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
     "ip": "iproute2",
+    # The tests read gpuprov's containerd files with the real containerd (Debian's 1.6).
+    "containerd": "containerd",
+    "ctr": "containerd",
 }
 _SBIN = ("/usr/sbin", "/sbin")  # apt-cacher-ng is in /usr/sbin, not always on PATH
 

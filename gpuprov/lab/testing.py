@@ -58,9 +58,9 @@ class Lab:
     _testinfra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def start(cls, hosts: int = 3) -> Lab:
-        """`gpuprov lab up --hosts N` (reusing a running lab of the same spec)."""
-        spec = default_spec(hosts)
+    def start(cls, hosts: int = 3, spec: list[LabHost] | None = None) -> Lab:
+        """`gpuprov lab up --hosts N` (or of ``spec``), reusing a running lab of the same spec."""
+        spec = spec or default_spec(hosts)
         run_dir = RunDir(default_dir())
         lifecycle.up(run_dir, spec)
         return cls(run_dir, spec)
