@@ -55,7 +55,7 @@ def start(run: RunDir, host: LabHost, base: Path) -> None:
     ssh_.keygen(root / "etc/ssh/ssh_host_ed25519_key", host.name)
     hardware.install(host, root)
     if host.containerd:
-        _own_containerd(root, Path(host.containerd))
+        install_containerd(root, Path(host.containerd))
     procs.start(
         ["bash", str(LAUNCHER), str(hd.nspawn_pid), *nspawn_argv(hd, host.name, host.index)],
         hd.launcher_pid,
@@ -63,7 +63,7 @@ def start(run: RunDir, host: LabHost, base: Path) -> None:
     )
 
 
-def _own_containerd(root: Path, binary: Path) -> None:
+def install_containerd(root: Path, binary: Path) -> None:
     """Run ``binary`` as the host's containerd (Debian's ctr and runc shim stay): installed
     ahead of /usr/bin on PATH, and the unit pointed at it."""
     target = root / "usr/local/bin/containerd"
