@@ -266,3 +266,32 @@ def test_the_source_dump_leaves_out_only_gpuprovs_drop_in(tmp_path, release):
     registry = "io.containerd.grpc.v1.cri" if found < (2,) else "io.containerd.cri.v1.images"
     assert dig(source, "plugins", registry, "registry", "config_path") == "/x"
     assert (main.read_text(), Path(_drop_in(main)).read_text()) == before
+
+
+def test_the_proof_names_what_a_key_level_drop_in_would_lose_on_containerd_1(tmp_path):
+    binary = debian_containerd()
+    main = tmp_path / "containerd" / "config.toml"
+    main.parent.mkdir()
+    main.write_text(KUBEADM)
+    state = _run_state(binary, main, ["version", "source"])
+    source = parse("toml", state["source"]["text"])
+    parsed = hostfile.read_main(str(main), KUBEADM)
+    # What 2.1+ gets: only the changes. containerd 1.6 replaces the whole CRI table with it.
+    containerd = dig(source, "plugins", "io.containerd.grpc.v1.cri", "containerd")
+    twin = hostfile.nvidia_runtime(hostfile.runc_runtime(containerd), whole=False)
+    changes = {"default_runtime_name": "nvidia", "runtimes": {"nvidia": twin}}
+    drop_in = tomlkit.dumps(
+        {"version": 2, "plugins": {"io.containerd.grpc.v1.cri": {"containerd": changes}}}
+    )
+    main.write_text(hostfile.render_main(parsed, f"{main.parent}/conf.d/*.toml"))
+    Path(_drop_in(main)).parent.mkdir()
+    Path(_drop_in(main)).write_text(drop_in)
+
+    problems = hostfile.unexpected_changes(source, _dump(binary, main), (1, 6, 20), True)
+
+    named = "\n".join(problems)
+    assert (
+        'plugins."io.containerd.grpc.v1.cri".sandbox_image: "registry.k8s.io/pause:3.10"' in named
+    )
+    assert 'containerd.snapshotter: "native" -> "overlayfs"' in named
+    assert "runtimes.runc.options.SystemdCgroup: true -> absent" in named, named

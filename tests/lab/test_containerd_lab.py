@@ -129,7 +129,9 @@ def test_a_main_file_the_deploy_cannot_merge_is_refused_before_any_change(lab):
         before = state(lab, host)
         result = lab.deploy(check=False)
         assert result.returncode != 0
-        assert f"{MAIN}: containerd config version 4 is not supported" in result.stdout
+        said = result.stdout + result.stderr
+        assert f"{MAIN}: containerd config version 4 is not supported" in said, said[-3000:]
+        assert host in said
         assert state(lab, host) == before
         lab.run(host, f"cat > {MAIN} <<'EOF'\n{original}EOF")
 
