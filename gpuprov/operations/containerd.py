@@ -9,6 +9,7 @@ import posixpath
 import shlex
 import time
 
+import gevent
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
@@ -185,7 +186,7 @@ def _restart_with_cri(state, host, path: str, connector: dict) -> bool:
             )
             if loaded or time.monotonic() > deadline:
                 break
-            time.sleep(1)
+            gevent.sleep(1)  # other hosts' greenlets run meanwhile
         if loaded:
             _run(host, connector, f"rm -rf {shlex.quote(CONTAINERD_ROLLBACK_DIR)}")
             return True

@@ -136,6 +136,26 @@ def test_a_main_file_the_deploy_cannot_merge_is_refused_before_any_change(lab):
         lab.run(host, f"cat > {MAIN} <<'EOF'\n{original}EOF")
 
 
+def test_cri_failing_after_the_swap_puts_the_previous_files_back(lab):
+    lab.deploy()
+    drop_in = "/etc/containerd/conf.d/99-nvidia.toml"
+    original = lab.run(DEBIAN, f"cat {MAIN}").stdout
+    # containerd 1.6 fails its CRI plugin on a snapshotter it does not have; the running
+    # containerd still has the old config, so only the restart after the swap shows it.
+    lab.run(DEBIAN, f'sed -i \'s/snapshotter = "native"/snapshotter = "zzz"/\' {MAIN}')
+    edited = lab.run(DEBIAN, f"cat {MAIN} {drop_in}").stdout
+    result = lab.deploy(check=False)
+    said = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"{MAIN}: containerd's CRI plugin did not load with the new config" in said, said[-3000:]
+    assert "the previous files are back" in said
+    assert lab.run(DEBIAN, f"cat {MAIN} {drop_in}").stdout == edited
+    assert lab.run(DEBIAN, "systemctl is-active containerd").stdout.strip() == "active"
+    lab.run(DEBIAN, f"cat > {MAIN} <<'EOF'\n{original}EOF")
+    lab.deploy()
+    assert set(lab.verify_status().values()) == {"ok"}
+
+
 def test_a_non_default_config_path_deploys_and_verifies(lab, tmp_path):
     path = "/opt/k8s/containerd/config.toml"
     for host in lab.names:
