@@ -27,6 +27,7 @@ UPSTREAM_SHA256 = "91893aca8e819c4f53d836eb3857e612863431a4c89e4db7108c72622b801
 CACHE = Path(os.environ.get("GPUPROV_BIN_CACHE", "/var/tmp/gpuprov-bin"))
 HOW_TO = (
     f"containerd 2.3.4 not found: put the upstream binary, xz-compressed, at {UPSTREAM_XZ} "
+    "or name the directory holding bin/containerd.xz in GPUPROV_SHARED "
     f"(sha256 of the binary {UPSTREAM_SHA256[:12]}...; see ../shared/bin/README.md)"
 )
 
