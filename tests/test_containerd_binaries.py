@@ -21,6 +21,8 @@ from gpuprov.agent import containerd_state
 from gpuprov.contract import NVIDIA_RUNTIME_BINARY, containerd_drop_in_path
 from gpuprov.hostfiles import containerd as hostfile
 from gpuprov.hostfiles.documents import dig, parse
+from gpuprov.operations.containerd import candidate_dump_command, candidate_path
+from gpuprov.operations.files import temp_path
 from tests.containerd_binaries import debian_containerd, upstream_containerd
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for unshare -m")
@@ -295,3 +297,29 @@ def test_the_proof_names_what_a_key_level_drop_in_would_lose_on_containerd_1(tmp
     )
     assert 'containerd.snapshotter: "native" -> "overlayfs"' in named
     assert "runtimes.runc.options.SystemdCgroup: true -> absent" in named, named
+
+
+@pytest.mark.parametrize("release", list(BINARIES))
+def test_the_candidates_are_dumped_in_place_without_touching_the_real_files(tmp_path, release):
+    binary = BINARIES[release]()
+    main = tmp_path / "containerd" / "config.toml"
+    main.parent.mkdir()
+    main.write_text(KUBEADM)
+    state = _run_state(binary, main, ["version", "source"])
+    new_main, drop_in = hostfile.render_files(str(main), KUBEADM, state, False)
+    # Where the operation uploads them before the proof.
+    Path(temp_path(str(main))).write_text(new_main)
+    Path(candidate_path(str(main))).write_text(drop_in)
+    bindir = main.parent / "bin"
+    done = subprocess.run(
+        ["sh", "-c", candidate_dump_command(str(main))],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
+    )
+    assert done.returncode == 0, done.stderr
+    source = parse("toml", state["source"]["text"])
+    found = hostfile.runtime_version(state["version"]["text"])
+    assert hostfile.unexpected_changes(source, parse("toml", done.stdout), found, False) == []
+    assert main.read_text() == KUBEADM
+    assert not Path(_drop_in(main)).parent.exists()
