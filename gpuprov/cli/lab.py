@@ -47,7 +47,7 @@ def lab() -> None:
     "spec_file",
     type=click.Path(dir_okay=False),
     default=None,
-    help="YAML list of {name?, group, model, count}.",
+    help="YAML list of {name?, group, model, count, containerd?}.",
 )
 @click.option(
     "--containerd",
