@@ -48,6 +48,15 @@ def _section(name: str, body: str) -> str:
     )
 
 
+def in_namespace(script: str) -> str:
+    """``script`` run in a private mount namespace with an empty directory as ``$1`` (made
+    here, on the host, and removed after: what is mounted there stays in the namespace)."""
+    return (
+        f't=$(mktemp -d) && {{ unshare -m sh -c {shlex.quote(script)} gpuprov "$t"; r=$?; '
+        'rmdir "$t"; [ "$r" -eq 0 ]; }'
+    )
+
+
 def command(main: str, drop_in: str, sections: Sequence[str] = SECTIONS) -> str:
     """The shell command that prints ``sections`` for the containerd config ``main``.
 
@@ -65,13 +74,13 @@ def command(main: str, drop_in: str, sections: Sequence[str] = SECTIONS) -> str:
     if "source" in sections:
         # The copy lives in the namespace's own tmpfs; --make-rprivate keeps every mount there.
         inner = (
-            "set -e; mount --make-rprivate /; "
-            f"if [ -d {directory} ]; then t=$(mktemp -d); mount -t tmpfs gpuprov $t; "
+            'set -e; mount --make-rprivate /; t="$1"; '
+            f"if [ -d {directory} ]; then mount -t tmpfs gpuprov $t; "
             f"cp -a {directory}/. $t/; if [ -e $t/{ours} ]; then : > $t/{ours}; fi; "
             f"mount --bind $t {directory}; fi; "
             f"containerd --config {config} config dump"
         )
-        parts.append(_section("source", f"unshare -m sh -c {shlex.quote(inner)}"))
+        parts.append(_section("source", in_namespace(inner)))
     if "dump" in sections or "plugins" in sections:
         parts.append(_section("dump", f"containerd --config {config} config dump"))
     if "plugins" in sections:

@@ -45,14 +45,14 @@ def candidate_dump_command(path: str) -> str:
     drop_in = containerd_drop_in_path(path)
     relative = posixpath.relpath(drop_in, directory)
     inner = (
-        "set -e; mount --make-rprivate /; t=$(mktemp -d); mount -t tmpfs gpuprov $t; "
+        'set -e; mount --make-rprivate /; t="$1"; mount -t tmpfs gpuprov $t; '
         f"cp -a {shlex.quote(directory)}/. $t/; "
         f"mkdir -p $t/{shlex.quote(posixpath.dirname(relative))}; "
         f"cp $t/{shlex.quote(posixpath.basename(temp_path(path)))} $t/{shlex.quote(posixpath.basename(path))}; "
         f"cp $t/{shlex.quote(posixpath.basename(candidate_path(path)))} $t/{shlex.quote(relative)}; "
         f"mount --bind $t {shlex.quote(directory)}; containerd --config {shlex.quote(path)} config dump"
     )
-    return f"unshare -m sh -c {shlex.quote(inner)}"
+    return containerd_state.in_namespace(inner)
 
 
 @operation()
