@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 import tomlkit
@@ -153,9 +152,7 @@ def test_cri_failing_after_the_swap_puts_the_previous_files_back(lab):
     assert lab.run(DEBIAN, f"cat {MAIN} {drop_in}").stdout == edited
     assert lab.run(DEBIAN, "systemctl is-active containerd").stdout.strip() == "active"
     lab.run(DEBIAN, f"cat > {MAIN} <<'EOF'\n{original}EOF")
-    again = lab.deploy(check=False)
-    Path("/tmp/runtime-lab-last-deploy.log").write_text(again.stdout + again.stderr)
-    assert again.returncode == 0, (again.stdout + again.stderr)[:6000]
+    lab.deploy()
     assert set(lab.verify_status().values()) == {"ok"}
 
 
