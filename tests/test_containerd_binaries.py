@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import os
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
 import tomlkit
 
-from gpuprov.agent import containerd_state
 from gpuprov.contract import NVIDIA_RUNTIME_BINARY, containerd_drop_in_path
 from gpuprov.hostfiles import containerd as hostfile
 from gpuprov.hostfiles.documents import dig, parse
 from gpuprov.operations.containerd import candidate_dump_command, candidate_path
 from gpuprov.operations.files import temp_path
-from tests.containerd_binaries import debian_containerd, upstream_containerd
+from tests.containerd_binaries import (
+    debian_containerd,
+    running_containerd,
+    state_of,
+    upstream_containerd,
+)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for unshare -m")
 
@@ -128,23 +131,6 @@ REFUSED = {
 BINARIES = {"1.6": debian_containerd, "2.3": upstream_containerd}
 
 
-def _run_state(binary: str, main: Path, sections: list[str]) -> dict:
-    """The state command, with ``binary`` as the host's containerd."""
-    bindir = main.parent / "bin"
-    bindir.mkdir(exist_ok=True)
-    link = bindir / "containerd"
-    if not link.exists():
-        link.symlink_to(binary)
-    out = subprocess.run(
-        ["sh", "-c", containerd_state.command(str(main), _drop_in(main), sections)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
-        check=True,
-    )
-    return containerd_state.parse(out.stdout.splitlines())
-
-
 def _drop_in(main: Path) -> str:
     return containerd_drop_in_path(str(main))
 
@@ -157,32 +143,19 @@ def _dump(binary: str, main: Path) -> dict:
     return parse("toml", done.stdout)
 
 
-def _start_and_list(binary: str, main: Path) -> str:
-    """Start containerd on a copy of ``main`` with its own root, state and socket in a private
-    mount namespace, list its plugins, stop it; ``timeout`` ends it whatever happens."""
-    work = main.parent / "run"
-    work.mkdir()
+def _cri_loads(binary: str, main: Path) -> tuple[bool, str]:
+    """Start containerd on a copy of ``main`` with its own root, state and sockets (in a private
+    mount namespace, stopped at the end) and read its CRI rows as verify does."""
     document = tomlkit.parse(main.read_text())
+    work = main.parent
     document["root"], document["state"] = str(work / "root"), str(work / "state")
     for section in ("grpc", "ttrpc"):
-        table = document.setdefault(section, tomlkit.table())
-        table["address"] = str(work / f"{section}.sock")
-    if document.get("version") in (2, 3):
-        document.setdefault("debug", tomlkit.table())["address"] = ""
-    start = main.parent / "start.toml"
+        document.setdefault(section, tomlkit.table())["address"] = str(work / f"{section}.sock")
+    start = work / "start.toml"
     start.write_text(tomlkit.dumps(document))
-    script = textwrap.dedent(
-        f"""\
-        {binary} --config {start} >{work}/log 2>&1 &
-        for i in $(seq 100); do [ -S {work}/grpc.sock ] && break; sleep 0.1; done
-        ctr --address {work}/grpc.sock plugins ls
-        kill $!; wait
-        """
-    )
-    done = subprocess.run(
-        ["timeout", "30", "unshare", "-m", "sh", "-c", script], capture_output=True, text=True
-    )
-    return done.stdout + (work / "log").read_text()[-2000:]
+    with running_containerd(binary, start):
+        plugins = state_of(start, ["dump", "plugins"], binary)["plugins"]["text"]
+    return hostfile.cri_loaded(plugins)
 
 
 @pytest.mark.parametrize("default", [True, False], ids=["nvidia-default", "runc-default"])
@@ -194,7 +167,7 @@ def test_effective_config_keeps_the_main_file_and_adds_runcs_twin(tmp_path, rele
     main.parent.mkdir()
     if MAIN_FILES[kind] is not None:
         main.write_text(MAIN_FILES[kind])
-    state = _run_state(binary, main, ["version", "source"])
+    state = state_of(main, ["version", "source"], binary)
     if (release, kind) in REFUSED:
         with pytest.raises(hostfile.Refused) as refused:
             hostfile.render_files(str(main), MAIN_FILES[kind], state, default)
@@ -228,16 +201,8 @@ def test_effective_config_keeps_the_main_file_and_adds_runcs_twin(tmp_path, rele
         )
         assert sandbox == "registry.k8s.io/pause:3.10"
 
-    listed = _start_and_list(binary, main)
-    loaded, said = hostfile.cri_loaded(
-        "\n".join(
-            line
-            for line in listed.splitlines()
-            if line.startswith(("TYPE", "io.containerd.cri.", "io.containerd.grpc.v1 "))
-            and (" cri " in line or line.startswith(("TYPE", "io.containerd.cri.")))
-        )
-    )
-    assert loaded, listed
+    loaded, said = _cri_loads(binary, main)
+    assert loaded, said
 
 
 @pytest.mark.parametrize("release", list(BINARIES))
@@ -258,7 +223,7 @@ def test_the_source_dump_leaves_out_only_gpuprovs_drop_in(tmp_path, release):
     )
     before = main.read_text(), Path(_drop_in(main)).read_text()
 
-    state = _run_state(binary, main, ["source", "dump"])
+    state = state_of(main, ["source", "dump"], binary)
 
     source, effective = (parse("toml", state[s]["text"]) for s in ("source", "dump"))
     found = hostfile.runtime_version(subprocess.check_output([binary, "--version"], text=True))
@@ -275,7 +240,7 @@ def test_the_proof_names_what_a_key_level_drop_in_would_lose_on_containerd_1(tmp
     main = tmp_path / "containerd" / "config.toml"
     main.parent.mkdir()
     main.write_text(KUBEADM)
-    state = _run_state(binary, main, ["version", "source"])
+    state = state_of(main, ["version", "source"], binary)
     source = parse("toml", state["source"]["text"])
     parsed = hostfile.read_main(str(main), KUBEADM)
     # What 2.1+ gets: only the changes. containerd 1.6 replaces the whole CRI table with it.
@@ -305,7 +270,7 @@ def test_the_candidates_are_dumped_in_place_without_touching_the_real_files(tmp_
     main = tmp_path / "containerd" / "config.toml"
     main.parent.mkdir()
     main.write_text(KUBEADM)
-    state = _run_state(binary, main, ["version", "source"])
+    state = state_of(main, ["version", "source"], binary)
     new_main, drop_in = hostfile.render_files(str(main), KUBEADM, state, False)
     # Where the operation uploads them before the proof.
     Path(temp_path(str(main))).write_text(new_main)
