@@ -91,6 +91,10 @@ DOCKER_NVIDIA_RUNTIME_PATH = "nvidia-container-runtime"  # daemon.json `runtimes
 DOCKER_DAEMON_PATH = "/etc/docker/daemon.json"
 CONTAINERD_CONFIG_PATH = "/etc/containerd/config.toml"  # default of `containerd_config_path`
 CONTAINERD_DROP_IN = "99-nvidia.toml"  # the name nvidia-ctk >= 1.19 uses
+CONTAINERD_UNIT = "containerd.service"
+DOCKER_UNIT = "docker.service"
+# The files a containerd swap replaced, kept until containerd runs the new ones with CRI loaded.
+CONTAINERD_ROLLBACK_DIR = "/run/gpuprov/containerd-previous"
 # containerd config version -> the CRI plugin table that holds `containerd.runtimes`
 # (https://github.com/containerd/containerd/blob/main/docs/cri/config.md).
 CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}

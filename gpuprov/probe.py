@@ -34,6 +34,7 @@ from typing import Any
 
 import pynvml
 
+from gpuprov.agent import containerd_state
 from gpuprov.contract import (
     NVML_PROFILE_ABSENT,
     PROBE_FILE_MAX_BYTES,
@@ -41,6 +42,7 @@ from gpuprov.contract import (
     SIM_ENV,
     SIM_PYTHON_DIR,
     SIM_PYTHON_ENV,
+    containerd_drop_in_path,
 )
 
 # What NVML answers for a profile constant the GPU or GI does not have; mig-parted skips both.
@@ -51,8 +53,12 @@ _INIT_FAILURES = {
 }
 
 
-def probe(files: Sequence[str] = (), globs: Sequence[str] = ()) -> dict[str, Any]:
-    """The probe document for this host; ``files``/``globs`` add a ``files`` section.
+def probe(
+    files: Sequence[str] = (), globs: Sequence[str] = (), containerd: str | None = None
+) -> dict[str, Any]:
+    """The probe document for this host; ``files``/``globs`` add a ``files`` section,
+    ``containerd`` (the main config's path) a ``containerd`` section: what containerd says
+    about its effective config (``gpuprov.agent.containerd_state``).
 
     >>> probe()["nvml"]            # on a machine without libnvidia-ml  # doctest: +SKIP
     'library-not-found'
@@ -68,6 +74,10 @@ def probe(files: Sequence[str] = (), globs: Sequence[str] = ()) -> dict[str, Any
     document.update(_nvml())
     if files or globs:
         document["files"] = read_files(files, globs)
+    if containerd:
+        document["containerd"] = containerd_state.read(
+            containerd, containerd_drop_in_path(containerd)
+        )
     return document
 
 
@@ -286,6 +296,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATTERN",
         help="include every file matching PATTERN (repeatable)",
     )
+    parser.add_argument(
+        "--containerd",
+        metavar="PATH",
+        help="include containerd's release, effective config and CRI plugin state for the "
+        "main config at PATH",
+    )
     parser.add_argument("--format", choices=["json"], default="json", help="output format")
     return parser
 
@@ -296,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = _parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    print(json.dumps(probe(options.file, options.glob), indent=2))
+    print(json.dumps(probe(options.file, options.glob, options.containerd), indent=2))
     return 0
 
 

@@ -1,7 +1,7 @@
 """Read every planned host's state (live over pyinfra, or from saved probe snapshots) and compare.
 
 Live, each host costs one round trip: pyinfra connects to all hosts in parallel, then one
-``AgentProbe`` fact per host runs the agent's probe with that host's own paths, all in
+``VerifyProbe`` fact per host runs the agent's probe with that host's own paths, all in
 pyinfra's gevent pool at once.
 
 >>> loaded, cluster = load_plan("inventories/example.py", ())              # doctest: +SKIP
@@ -28,9 +28,9 @@ from pyinfra.api.host import Host
 from pyinfra.context import ctx_host, ctx_state
 
 from gpuprov import inventory as inventory_
-from gpuprov.compare import compare, probe_command, wanted_files
+from gpuprov.compare import compare, containerd_main, probe_command, wanted_files
 from gpuprov.contract import SNAPSHOT_SUFFIX
-from gpuprov.facts.probe import AgentProbe
+from gpuprov.facts.probe import VerifyProbe
 from gpuprov.findings import Finding
 from gpuprov.plan import HostPlan
 
@@ -48,13 +48,15 @@ def unreachable(host: str, reason: str, hint: str) -> Finding:
 
 
 def fact_arguments(plan: HostPlan) -> dict[str, Any]:
-    """The ``AgentProbe`` arguments for one host: its agent, interpreter and wanted files."""
+    """The ``VerifyProbe`` arguments for one host: its agent, interpreter, wanted files and, on
+    containerd hosts, the main config whose effective result the probe reads."""
     wanted = wanted_files(plan)
     return {
         "agent_path": plan.settings["gpuprov_agent_path"],
         "python": plan.settings["gpuprov_python"],
         "files": list(wanted.files),
         "globs": list(wanted.globs),
+        "containerd": containerd_main(plan),
     }
 
 
@@ -102,14 +104,14 @@ def verify_live(loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan]) -
 
 
 def _gather(state: State, hosts: list[tuple[Host, HostPlan]]) -> dict[str, dict[str, Any]]:
-    """AgentProbe of each host, each with its own arguments, in parallel in pyinfra's pool."""
+    """VerifyProbe of each host, each with its own arguments, in parallel in pyinfra's pool."""
 
     def one(host: Host, plan: HostPlan) -> dict[str, Any]:
         with ctx_host.use(host):
             # apply_failed_hosts=False: a host whose probe fails is a finding, not a reason
             # for pyinfra to stop the others ("No hosts remaining!").
             return get_fact(
-                state, host, AgentProbe, kwargs=fact_arguments(plan), apply_failed_hosts=False
+                state, host, VerifyProbe, kwargs=fact_arguments(plan), apply_failed_hosts=False
             )
 
     with ctx_state.use(state):

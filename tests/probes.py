@@ -3,6 +3,8 @@ own render (containerd's files as nvidia-ctk writes them)."""
 
 from __future__ import annotations
 
+import copy
+
 from gpuprov.compare import wanted_files
 from gpuprov.contract import (
     CRI_PLUGIN,
@@ -14,6 +16,7 @@ from gpuprov.contract import (
 )
 from gpuprov.hostfiles import device_plugin, kubelet, mig_layout, mig_unit
 from gpuprov.plan import HostPlan
+from tests import containerd_states
 
 A100 = "NVIDIA A100-SXM4-80GB"
 
@@ -36,6 +39,7 @@ def matching_probe(plan: HostPlan) -> dict:
         files[MIG_LAYOUT_PATH] = mig_layout.render(plan)
         files[MIG_UNIT_PATH] = mig_unit.render(plan)
     return {
+        "containerd": copy.deepcopy(containerd_states.MATCHING),
         "schema": PROBE_SCHEMA,
         "nvml": "ok",
         "error": None,

@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pyinfra.context
 import pytest
+import tomlkit
 from click.testing import CliRunner
 from pyinfra_cli.main import cli
 
+from gpuprov.agent import containerd_state
 from gpuprov.catalog import find_model
+from gpuprov.hostfiles.containerd import render_files
+from gpuprov.hostfiles.documents import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = "deploys/gpu_node.py"
@@ -42,9 +46,57 @@ def probe(model: str, count: int, mig_on: tuple[int, ...] = ()) -> str:
 def host_state(node: str, hardware: list[str]) -> list[str]:
     """What the deploy's one HostState command prints (no files, packages or units yet)."""
     nvml_ok = json.loads(node)["nvml"] == "ok"
-    return ["@@ host:probe", *node.splitlines(), "@@ host:managed", "@@ host:hardware"] + (
-        [] if nvml_ok else hardware
+    return (
+        ["@@ host:probe", *node.splitlines(), "@@ host:managed", "@@ host:hardware"]
+        + ([] if nvml_ok else hardware)
+        + ["@@ host:containerd", *CONTAINERD_STATE]
     )
+
+
+# containerd 1.6 on Debian's default config, cut to the CRI section the deploy reads.
+CONTAINERD_SOURCE = """\
+version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.6"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+"""
+CONTAINERD_STATE = [
+    "@@ containerd:version",
+    "ok",
+    "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3",
+    "@@ containerd:source",
+    "ok",
+    *CONTAINERD_SOURCE.splitlines(),
+]
+
+
+def candidate_dump() -> list[str]:
+    """What containerd 1.6 dumps for the candidate: its drop-in's CRI table replaces the
+    source's (whole-table imports; tests/test_containerd_binaries.py shows it on the binary)."""
+    state = containerd_state.parse(CONTAINERD_STATE)
+    _, drop_in = render_files("/etc/containerd/config.toml", None, state, True)
+    dump = parse("toml", CONTAINERD_SOURCE)
+    dump["plugins"].update(parse("toml", drop_in)["plugins"])
+    return tomlkit.dumps(dump).splitlines()
+
+
+def containerd_responses() -> dict:
+    """The containerd commands of the swap: state, candidate dump, CRI rows after restart."""
+    return {
+        "@@ containerd:version": CONTAINERD_STATE,
+        "@@ containerd:plugins": [
+            "@@ containerd:plugins",
+            "ok",
+            "TYPE ID PLATFORMS STATUS",
+            "io.containerd.grpc.v1 cri linux/amd64 ok",
+        ],
+        "config dump": candidate_dump(),
+    }
 
 
 AGENT_MISSING = json.dumps({"schema": "gpuprov.probe/v1", "nvml": "agent-missing", "gpus": []})
@@ -61,7 +113,8 @@ _fast = {{"fake_delay": 0, "fake_delay_jitter": 0}}
 shared = (
     [("@fake/gpu-a100", {{**_fast, "fake_responses": {{"@@ host:probe": {a100_state},
                                                       "lspci -Dnmm": {a100},
-                                                      "agent.pyz probe": {a100_probe!r}}}}}),
+                                                      "agent.pyz probe": {a100_probe!r},
+                                                      **{containerd}}}}}),
      ("@fake/gpu-wrong", {{**_fast, "fake_responses": {{"@@ host:probe": {wrong_state},
                                                        "lspci -Dnmm": {h200}}}}})],
     {{"gpu_model": "A100-80GB", "gpu_count": 8, "time_slicing_replicas": {replicas}}},
@@ -69,7 +122,8 @@ shared = (
 whole_card = (
     [("@fake/gpu-h200", {{**_fast, "fake_responses": {{"@@ host:probe": {h200_state},
                                                       "lspci -Dnmm": {h200},
-                                                      "agent.pyz probe": {h200_probe!r}}}}})],
+                                                      "agent.pyz probe": {h200_probe!r},
+                                                      **{containerd}}}}})],
     {{"gpu_model": "H200-141GB", "gpu_count": 4, "kubelet_config_dir": "/etc/kubernetes/kubelet.conf.d"}},
 )
 """
@@ -88,6 +142,7 @@ def write_inventory(tmp_path: Path, replicas: int = 4) -> Path:
             h200_state=host_state(h200_probe, lspci("2335", 4)),
             wrong_state=host_state(AGENT_MISSING, lspci("2335", 4)),
             replicas=replicas,
+            containerd=containerd_responses(),
         )
     )
     return path

@@ -23,6 +23,7 @@ from gpuprov.cli import main
 from gpuprov.contract import SIM_ENV
 from gpuprov.lab import kubebuild
 from gpuprov.lab.controlplane import Identity
+from tests.containerd_binaries import debian_containerd, running_containerd
 
 # What the SimHost plans (2 x A100-80GB, 3g.40gb + 2g.20gb + 2 x 1g.10gb each, mixed) as a
 # kubelet reports it; pods is the default maxPods of a MIG host.
@@ -61,7 +62,8 @@ def host(plane, tmp_path, monkeypatch, request):
     sim.files()
     sim.gpus()
     sim.snapshots = tmp_path / "snapshots"
-    snapshot(sim, sim.snapshots)
+    with running_containerd(debian_containerd(), sim.containerd):  # the probe asks containerd
+        snapshot(sim, sim.snapshots)
     node(plane, sim.node, ADVERTISED)
     applied = CliRunner().invoke(
         main, ["kube", "apply", str(sim.inventory), "--kubeconfig", str(plane.admin_kubeconfig)]

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,12 @@ from gpuprov.facts.probe import AgentProbe
 from gpuprov.inventory import load
 from gpuprov.plan import build
 from gpuprov.sim import state as sim_state
+from tests.containerd_binaries import (
+    debian_containerd,
+    node_main,
+    running_containerd,
+    write_rendered,
+)
 
 # mig-parted's all-balanced layout; on an A100-80GB the plan puts 2g@0, 1g@2, 1g@3, 3g@4.
 PLANNED_GIS = "14:0,19:2,19:3,9:4"
@@ -69,30 +74,17 @@ class SimHost:
         self.inventory.write_text(f"mig = [({name!r}, {data!r})]\n")
 
     def files(self) -> None:
-        for path in (
-            self.device_plugin,
-            self.kubelet_dir / "50-gpuprov.conf",
-            self.containerd.parent / "conf.d" / "99-nvidia.toml",
-        ):
+        for path in (self.device_plugin, self.kubelet_dir / "50-gpuprov.conf"):
             path.parent.mkdir(parents=True, exist_ok=True)
         self.device_plugin.write_text("version: v1\nflags:\n  migStrategy: mixed\n")
         (self.root / "kubelet.yaml").write_text("kind: KubeletConfiguration\nmaxPods: 250\n")
         (self.kubelet_dir / "50-gpuprov.conf").write_text(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 110\n"
         )
-        self.containerd.write_text(
-            f'version = 2\nimports = ["{self.containerd.parent}/conf.d/*.toml"]\n'
-        )
-        (self.containerd.parent / "conf.d" / "99-nvidia.toml").write_text(
-            textwrap.dedent("""\
-            version = 2
-            [plugins."io.containerd.grpc.v1.cri".containerd]
-              default_runtime_name = "nvidia"
-            [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
-              runtime_type = "io.containerd.runc.v2"
-              options = {BinaryName = "/usr/bin/nvidia-container-runtime"}
-        """)
-        )
+        # A kubeadm-style containerd config with what the deploy renders for it; the fixture
+        # runs Debian's containerd on it, so the probe reads what containerd itself reports.
+        node_main(self.containerd.parent)
+        write_rendered(self.containerd, default=True)
 
     def gpus(self) -> None:
         sim_state.write_new(str(self.state), sim_state.new_state("A100-80GB", 2, seed="verify"))
@@ -103,13 +95,16 @@ class SimHost:
 
 @pytest.fixture
 def host(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("runs containerd in a private mount namespace: needs root")
     sim = SimHost(tmp_path)
     monkeypatch.setenv(SIM_ENV, str(sim.state))  # pyinfra's @local passes it to the agent
     write_bundle(str(sim.agent))
     sim.write()
     sim.files()
     sim.gpus()
-    return sim
+    with running_containerd(debian_containerd(), sim.containerd):
+        yield sim
 
 
 def verify(*args: str) -> tuple[int, str]:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from plans import plan_for
 from probes import matching_probe
 
-from gpuprov.compare import compare
+from gpuprov.compare import compare, wanted_files
 from gpuprov.contract import MIG_LAYOUT_PATH, PROBE_NVML_STATES, PROBE_SCHEMA
 from gpuprov.hostfiles import kubelet
 from gpuprov.verify import snapshot_name, verify_snapshots
@@ -163,12 +163,14 @@ def wrong_gi_value(doc, draw, plan):
 
 
 def wrong_file_entry(doc, draw, plan):
-    path = draw(st.sampled_from(sorted(doc["files"])))
     if draw(st.booleans()):
-        del doc["files"][path]  # a file the plan needs was not read
-    else:
-        # {"error": why} is the probe's own marker for a file it would not read: not malformed.
-        doc["files"][path] = draw(not_a(str, type(None)).filter(lambda v: not _unread(v)))
+        # A file the plan needs was not read (a glob's match may be absent: nothing matched).
+        path = draw(st.sampled_from(sorted(set(doc["files"]) & set(wanted_files(plan).files))))
+        del doc["files"][path]
+        return doc
+    path = draw(st.sampled_from(sorted(doc["files"])))
+    # {"error": why} is the probe's own marker for a file it would not read: not malformed.
+    doc["files"][path] = draw(not_a(str, type(None)).filter(lambda v: not _unread(v)))
     return doc
 
 

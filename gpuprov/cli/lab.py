@@ -9,6 +9,7 @@ sudo gpuprov lab down
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -46,12 +47,21 @@ def lab() -> None:
     "spec_file",
     type=click.Path(dir_okay=False),
     default=None,
-    help="YAML list of {name?, group, model, count}.",
+    help="YAML list of {name?, group, model, count, containerd?}.",
+)
+@click.option(
+    "--containerd",
+    "containerd",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    metavar="PATH",
+    help="A containerd binary (e.g. upstream 2.3.4) to run instead of Debian's 1.6: on every "
+    "host, or with --spec on the hosts marked `containerd: upstream`.",
 )
 @bad_input
-def up(count: int | None, spec_file: str | None) -> None:
+def up(count: int | None, spec_file: str | None, containerd: str | None) -> None:
     """Start the lab (idempotent); print its hosts and how to reach them."""
-    _up(count, spec_file)
+    _up(count, spec_file, containerd)
 
 
 @lab.command()
@@ -117,19 +127,25 @@ def demo(count: int | None, spec_file: str | None) -> None:
     click.echo("Take it down: sudo gpuprov lab down")
 
 
-def _up(count: int | None, spec_file: str | None) -> RunDir:
+def _up(count: int | None, spec_file: str | None, containerd: str | None = None) -> RunDir:
     if count is not None and spec_file is not None:
         raise click.UsageError("give --hosts or --spec, not both")
+    binary = os.path.abspath(containerd) if containerd else None
     hosts = (
-        spec.load_spec(spec_file) if spec_file else spec.default_spec(3 if count is None else count)
+        spec.load_spec(spec_file, binary)
+        if spec_file
+        else spec.default_spec(3 if count is None else count, binary)
     )
     run = RunDir(default_dir())
     lifecycle.require_root("up")
     _lab_errors(lambda: lifecycle.up(run, hosts))
     click.echo(
         table(
-            [[h.name, h.ip, h.group, f"{h.count} x {h.model}"] for h in hosts],
-            ["host", "address", "group", "gpus"],
+            [
+                [h.name, h.ip, h.group, f"{h.count} x {h.model}", h.containerd or "debian"]
+                for h in hosts
+            ],
+            ["host", "address", "group", "gpus", "containerd"],
         )
     )
     click.echo(f"\nssh -F {run.ssh_config} {hosts[0].name}")

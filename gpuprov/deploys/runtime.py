@@ -1,22 +1,25 @@
 """The container runtime: the pinned NVIDIA container toolkit and the nvidia runtime in
-containerd (drop-in + ``imports``) or docker (``daemon.json``), restarted only on change."""
+containerd (drop-in + ``imports``, proven with containerd's own dump before the swap) or docker
+(``daemon.json``), restarted only on change."""
 
 from __future__ import annotations
 
 from pyinfra.api import deploy
 
 from gpuprov.contract import (
-    CRI_PLUGIN,
     DOCKER_DAEMON_PATH,
+    DOCKER_UNIT,
+    FILE_MODE,
     TOOLKIT_REPO,
-    containerd_drop_in_glob,
     containerd_drop_in_path,
 )
 from gpuprov.deploys import repo
-from gpuprov.deploys.render import render
-from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
+from gpuprov.deploys.view import HostView, Watch, changed
 from gpuprov.hostfiles import apt_source
+from gpuprov.hostfiles import containerd as containerd_file
+from gpuprov.hostfiles import docker as daemon_file
 from gpuprov.operations import containerd, docker
+from gpuprov.operations.files import is_current
 from gpuprov.operations.packages import pending, pinned, resolution
 from gpuprov.operations.units import restarted
 from gpuprov.packaging.profiles import TOOLKIT_PACKAGES, TOOLKIT_REVISION
@@ -60,46 +63,30 @@ def container_runtime(view: HostView) -> None:
 
 
 def _containerd(view: HostView) -> None:
-    main = view.settings["containerd_config_path"]
-    text = view.text(main)
-    version = containerd.config_version(text)
-    ops = []
-    if version is not None:
-        ops.append(
-            ensure_file(
-                view,
-                "containerd: nvidia runtime drop-in",
-                containerd_drop_in_path(main),
-                render(
-                    "99-nvidia.toml.j2",
-                    version=version,
-                    cri_plugin=CRI_PLUGIN[version],
-                    default=view.settings["container_runtime_default"],
-                    main_config=main,
-                ),
-                validate=containerd.VALIDATE,
-            )
-        )
-    pattern = containerd_drop_in_glob(main)
-    if (
-        version is None
-        or view.files.get(main) is None
-        or containerd.with_import(text, pattern) != text
-    ):
-        ops.append(
-            containerd.imports(
-                name=f"containerd: {main} imports the drop-ins", path=main, pattern=pattern
-            )
-        )
-    if any(ops):
-        restarted(name="restart containerd", unit="containerd.service", _if=changed(*ops))
+    """Schedule the swap only when what containerd's own dump asks for differs from the host
+    (or the host is to be refused: the operation says why)."""
+    path = view.settings["containerd_config_path"]
+    try:
+        main, drop_in = containerd_file.render(view.plan, view.text(path), view.containerd)
+    except containerd_file.Refused:
+        pass
+    else:
+        if is_current(view.files.get(path), main.encode(), FILE_MODE) and is_current(
+            view.files.get(containerd_drop_in_path(path)), drop_in.encode(), FILE_MODE
+        ):
+            return
+    containerd.nvidia_runtime(
+        name=f"containerd: nvidia runtime ({containerd_drop_in_path(path)} imported by {path})",
+        path=path,
+        default=view.settings["container_runtime_default"],
+    )
 
 
 def _docker(view: HostView) -> None:
     default = view.settings["container_runtime_default"]
-    if docker.is_configured(view.text(DOCKER_DAEMON_PATH), default):
+    if daemon_file.is_configured(view.text(DOCKER_DAEMON_PATH), default):
         return
     op = docker.daemon_json(
         name="docker: nvidia runtime in daemon.json", path=DOCKER_DAEMON_PATH, default=default
     )
-    restarted(name="restart docker", unit="docker.service", _if=changed(op))
+    restarted(name="restart docker", unit=DOCKER_UNIT, _if=changed(op))

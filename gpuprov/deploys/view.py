@@ -52,6 +52,7 @@ class HostView:
     packages: dict[str, Any] = field(default_factory=dict)
     units: dict[str, Any] = field(default_factory=dict)
     probe: dict[str, Any] = field(default_factory=dict)
+    containerd: dict[str, Any] = field(default_factory=dict)  # ContainerdState's sections
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -71,8 +72,12 @@ class HostView:
             packages=list(watch.packages),
             units=list(watch.units),
             python=self.settings["gpuprov_python"],
+            containerd=self.settings["containerd_config_path"]
+            if self.plan.container_runtime == "containerd"
+            else None,
         )
         self.hardware, self.probe = state["hardware"], state["probe"]
+        self.containerd = state["containerd"]
         managed = state["managed"]
         self.files, self.packages, self.units = (
             managed["files"],

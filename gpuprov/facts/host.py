@@ -13,12 +13,14 @@ from typing import Any, TypedDict
 from pyinfra.api import FactBase
 from typing_extensions import override
 
+from gpuprov.agent import containerd_state
+from gpuprov.contract import containerd_drop_in_path
 from gpuprov.facts.hardware import Gpu, GpuHardware, Hardware
 from gpuprov.facts.managed import Managed, ManagedState
 from gpuprov.facts.probe import AgentProbe
 from gpuprov.facts.sections import split_sections
 
-_SECTIONS = ("probe", "managed", "hardware")
+_SECTIONS = ("probe", "managed", "hardware", "containerd")
 # What the probe prints when NVML answers (`json.dumps(..., indent=2)` in gpuprov/probe.py).
 _NVML_OK = '"nvml": "ok"'
 
@@ -27,12 +29,15 @@ class State(TypedDict):
     probe: dict[str, Any]
     managed: Managed
     hardware: Hardware
+    containerd: dict[str, Any]  # ContainerdState's sections, {} when not asked
 
 
 class HostState(FactBase[State]):
     """
     The agent's probe (as ``AgentProbe``), the managed files, packages and units (as ``ManagedState``) and the GPU
-    hardware (as ``GpuHardware``; ``source`` is ``"nvml"`` when it comes from the probe).
+    hardware (as ``GpuHardware``; ``source`` is ``"nvml"`` when it comes from the probe), and,
+    for a containerd host, containerd's release and config without gpuprov's drop-in (as
+    ``ContainerdState``).
 
     .. code:: python
 
@@ -48,7 +53,9 @@ class HostState(FactBase[State]):
 
     @staticmethod
     def default() -> State:
-        return State(probe={}, managed=ManagedState.default(), hardware=GpuHardware.default())
+        return State(
+            probe={}, managed=ManagedState.default(), hardware=GpuHardware.default(), containerd={}
+        )
 
     @override
     def command(
@@ -59,14 +66,25 @@ class HostState(FactBase[State]):
         packages: list[str] | None = None,
         units: list[str] | None = None,
         python: str = "python3",
+        containerd: str | None = None,
     ) -> str:
         node = AgentProbe().command(agent_path, python).get_raw_value()
         snapshot = ManagedState().command(paths, read, packages, units)
+        runtime = ""
+        if containerd:
+            runtime = (
+                "echo '@@ host:containerd'; "
+                + containerd_state.command(
+                    containerd, containerd_drop_in_path(containerd), ("version", "source")
+                )
+                + "; "
+            )
         return (
             # The probe's exit status is the command's, as when it ran as a fact of its own.
             f"probe=$({node}); rc=$?; echo '@@ host:probe'; printf '%s\\n' \"$probe\"; "
             f"echo '@@ host:managed'; {snapshot}; echo '@@ host:hardware'; "
-            f"case \"$probe\" in *'{_NVML_OK}'*) ;; *) {GpuHardware.command} ;; esac; exit $rc"
+            f"case \"$probe\" in *'{_NVML_OK}'*) ;; *) {GpuHardware.command} ;; esac; "
+            f"{runtime}exit $rc"
         )
 
     @override
@@ -79,7 +97,10 @@ class HostState(FactBase[State]):
         else:
             hardware = GpuHardware().process(sections["hardware"])
         return State(
-            probe=node, managed=ManagedState().process(sections["managed"]), hardware=hardware
+            probe=node,
+            managed=ManagedState().process(sections["managed"]),
+            hardware=hardware,
+            containerd=containerd_state.parse(sections["containerd"]),
         )
 
 

@@ -70,12 +70,23 @@ class AgentProbe(FactBase[dict[str, Any]]):
         files: Sequence[str] = (),
         globs: Sequence[str] = (),
     ) -> StringCommand:
+        return self._command(agent_path, python, files, globs)
+
+    def _command(
+        self,
+        agent_path: str,
+        python: str,
+        files: Sequence[str],
+        globs: Sequence[str],
+        extra: Sequence[Any] = (),
+    ) -> StringCommand:
         probe: list[Any] = [QuoteString(python), QuoteString(agent_path), "probe"]
         for path in files:
             probe += ["--file", QuoteString(path)]
         for pattern in globs:
             # Quoted: the probe expands the pattern itself, so a pattern with no match is fine.
             probe += ["--glob", QuoteString(pattern)]
+        probe += list(extra)
         shell: list[Any] = ["if", "[", "!", "-f", QuoteString(agent_path), "];", "then"]
         shell += ["echo", QuoteString(_agent_missing(f"no agent at {agent_path}")), ";"]
         shell += ["elif", "!", "command", "-v", QuoteString(python), ">/dev/null", "2>&1;", "then"]
@@ -92,3 +103,25 @@ class AgentProbe(FactBase[dict[str, Any]]):
         if not isinstance(document, dict):
             raise FactProcessError(f"the agent printed {type(document).__name__}, not an object")
         return document
+
+
+class VerifyProbe(AgentProbe):
+    """
+    ``AgentProbe`` plus, on a containerd host, what containerd says about its config: the
+    ``containerd`` section (release, effective ``config dump``, CRI rows of ``ctr plugins ls``;
+    ``gpuprov.agent.containerd_state``), read in the same round trip.
+
+    + containerd: containerd's main config (``containerd_config_path``); None for docker hosts
+    """
+
+    @override
+    def command(  # type: ignore[override]
+        self,
+        agent_path: str,
+        python: str = "python3",
+        files: Sequence[str] = (),
+        globs: Sequence[str] = (),
+        containerd: str | None = None,
+    ) -> StringCommand:
+        extra = ["--containerd", QuoteString(containerd)] if containerd else []
+        return self._command(agent_path, python, files, globs, extra)

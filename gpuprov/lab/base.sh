@@ -45,6 +45,7 @@ install -m644 "$NODE/kubelet.service" "$NODE/nvidia-device-plugin.service" \
   "$TMP/etc/systemd/system/"
 install -d "$TMP/var/lib/kubelet" "$TMP/etc/kubernetes/kubelet.conf.d" "$TMP/etc/nvidia/device-plugin"
 install -m644 "$NODE/kubelet-config.yaml" "$TMP/var/lib/kubelet/config.yaml"
+install -m644 "$NODE/containerd-config.toml" "$TMP/etc/containerd/config.toml"  # kubeadm-style
 systemctl --root="$TMP" --quiet enable kubelet.service nvidia-device-plugin.service containerd.service
 # Units that cannot work in a container (no udev, no kernel modules) would mark hosts degraded.
 systemctl --root="$TMP" --quiet mask systemd-udevd.service systemd-modules-load.service \

@@ -28,6 +28,9 @@ PROGRAMS = {
     "ssh-keygen": "openssh-client",
     "ip": "iproute2",
     "cc": "gcc",  # compiles the simulated libnvidia-ml.so.1 the driver package ships
+    # The tests read gpuprov's containerd files with the real containerd (Debian's 1.6).
+    "containerd": "containerd",
+    "ctr": "containerd",
 }
 _SBIN = ("/usr/sbin", "/sbin")  # apt-cacher-ng is in /usr/sbin, not always on PATH
 

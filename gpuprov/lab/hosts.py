@@ -54,11 +54,25 @@ def start(run: RunDir, host: LabHost, base: Path) -> None:
     (ssh / "authorized_keys").chmod(0o600)
     ssh_.keygen(root / "etc/ssh/ssh_host_ed25519_key", host.name)
     hardware.install(host, root)
+    if host.containerd:
+        install_containerd(root, Path(host.containerd))
     procs.start(
         ["bash", str(LAUNCHER), str(hd.nspawn_pid), *nspawn_argv(hd, host.name, host.index)],
         hd.launcher_pid,
         log=hd.console,
     )
+
+
+def install_containerd(root: Path, binary: Path) -> None:
+    """Run ``binary`` as the host's containerd (Debian's ctr and runc shim stay): installed
+    ahead of /usr/bin on PATH, and the unit pointed at it."""
+    target = root / "usr/local/bin/containerd"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(binary, target)
+    target.chmod(0o755)
+    unit = root / "etc/systemd/system/containerd.service.d/gpuprov-lab.conf"
+    unit.parent.mkdir(parents=True, exist_ok=True)
+    unit.write_text("[Service]\nExecStart=\nExecStart=/usr/local/bin/containerd\n")
 
 
 def nspawn_argv(hd: HostDir, name: str, index: int) -> list[str]:

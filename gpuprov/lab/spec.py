@@ -35,13 +35,15 @@ _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
 
 @dataclass(frozen=True)
 class LabHost:
-    """One lab host: inventory name, mode group, simulated GPUs, address and index (1-based)."""
+    """One lab host: inventory name, mode group, simulated GPUs, address and index (1-based),
+    and the containerd binary it runs instead of Debian's 1.6 (None: Debian's)."""
 
     name: str
     group: str
     model: str
     count: int
     index: int
+    containerd: str | None = None
 
     @property
     def ip(self) -> str:
@@ -51,19 +53,23 @@ class LabHost:
         return {**asdict(self), "ip": self.ip}
 
 
-def default_spec(hosts: int = 3) -> list[LabHost]:
-    """``hosts`` hosts cycling through the three kinds, named after their GPU model."""
+def default_spec(hosts: int = 3, containerd: str | None = None) -> list[LabHost]:
+    """``hosts`` hosts cycling through the three kinds, named after their GPU model; each runs
+    the ``containerd`` binary when one is given."""
     _check_host_count("--hosts", hosts)
     out, seen = [], {}
     for i in range(hosts):
         group, model, count = KINDS[i % len(KINDS)]
         seen[model] = seen.get(model, 0) + 1
-        out.append(LabHost(_default_name(model, seen[model]), group, model, count, i + 1))
+        name = _default_name(model, seen[model])
+        out.append(LabHost(name, group, model, count, i + 1, containerd))
     return out
 
 
-def load_spec(path: str) -> list[LabHost]:
-    """The hosts of a YAML spec file: a list of ``{name?, group, model, count}``."""
+def load_spec(path: str, containerd: str | None = None) -> list[LabHost]:
+    """The hosts of a YAML spec file: a list of ``{name?, group, model, count, containerd?}``;
+    ``containerd: upstream`` runs the binary given as ``containerd`` (``gpuprov lab up
+    --containerd PATH``), ``debian`` (the default) Debian's own."""
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except OSError as e:
@@ -78,7 +84,7 @@ def load_spec(path: str) -> list[LabHost]:
     problems, hosts, seen = [], [], {}
     for i, entry in enumerate(raw, start=1):
         try:
-            hosts.append(_entry(entry, i, seen))
+            hosts.append(_entry(entry, i, seen, containerd))
         except ValueError as e:
             problems.append(Problem(path, f"host {i}: {e}"))
     names = [h.name for h in hosts]
@@ -89,13 +95,22 @@ def load_spec(path: str) -> list[LabHost]:
     return hosts
 
 
-def _entry(entry: Any, index: int, seen: dict[str, int]) -> LabHost:
+def _entry(entry: Any, index: int, seen: dict[str, int], containerd: str | None) -> LabHost:
     if not isinstance(entry, dict):
         raise ValueError(f"must be a mapping with group, model and count, got {entry!r}")
-    unknown = set(entry) - {"name", "group", "model", "count"}
+    unknown = set(entry) - {"name", "group", "model", "count", "containerd"}
     if unknown:
         raise ValueError(
-            f"unknown keys {', '.join(sorted(unknown))} (valid: name, group, model, count)"
+            f"unknown keys {', '.join(sorted(unknown))} (valid: name, group, model, count, "
+            "containerd)"
+        )
+    choice = entry.get("containerd", "debian")
+    if choice not in ("debian", "upstream"):
+        raise ValueError(f"containerd must be debian or upstream, got {choice!r}")
+    if choice == "upstream" and containerd is None:
+        raise ValueError(
+            "containerd: upstream needs a binary: gpuprov lab up --containerd PATH "
+            "(e.g. containerd 2.3.4 from ../shared/bin/containerd.xz, decompressed)"
         )
     group = entry.get("group")
     if group not in MODES:
@@ -115,7 +130,8 @@ def _entry(entry: Any, index: int, seen: dict[str, int]) -> LabHost:
     name = entry.get("name") or _default_name(model.alias, seen[model.alias])
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"name must be a host name (a-z, 0-9, '-'), got {name!r}")
-    return LabHost(name, group, model.alias, count, index)
+    binary = containerd if choice == "upstream" else None
+    return LabHost(name, group, model.alias, count, index, binary)
 
 
 def _default_name(model: str, n: int) -> str:

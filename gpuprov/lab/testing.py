@@ -64,13 +64,14 @@ class Lab:
     _testinfra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def start(cls, hosts: int = 3) -> Lab:
-        """`gpuprov lab up --hosts N` (reusing a lab that an earlier test session left).
+    def start(cls, hosts: int = 3, spec: list[LabHost] | None = None) -> Lab:
+        """`gpuprov lab up --hosts N` (or of ``spec``), reusing a lab that an earlier test
+        session left.
 
         A lab that a person started (`gpuprov lab up` or `lab demo`) is theirs: the tests neither
         reuse it (it may be deployed already) nor take it down; ``UserLabUp`` says so instead.
         """
-        spec = default_spec(hosts)
+        spec = spec or default_spec(hosts)
         run_dir = RunDir(default_dir())
         owner = run_dir.path / TEST_OWNED
         if run_dir.read_state() is not None and not owner.exists():
