@@ -322,6 +322,55 @@ _VARIABLES = [
     Variable("drain_timeout", 300, "Seconds allowed for `kubectl drain`.", _int(1)),
 ]
 
+# --- time limits: every remote step has one, so a stuck mirror, a hung command or a host that
+# drops off fails that host, named, and the rest of the fleet goes on (docs/variables.md).
+_VARIABLES += [
+    Variable(
+        "gpuprov_timeout_step",
+        120,
+        "Seconds any remote step may run when no limit below is its own "
+        "(file writes, small commands, reading the host's state).",
+        _int(1),
+    ),
+    Variable(
+        "gpuprov_timeout_apt_update",
+        300,
+        "Seconds for `apt-get update` after a repository changed (index downloads).",
+        _int(1),
+    ),
+    Variable(
+        "gpuprov_timeout_packages",
+        900,
+        "Seconds for installing pinned packages (package downloads and maintainer scripts).",
+        _int(1),
+    ),
+    Variable(
+        "gpuprov_timeout_service",
+        300,
+        "Seconds for starting, restarting or reloading a daemon.",
+        _int(1),
+    ),
+    Variable(
+        "gpuprov_timeout_mig",
+        600,
+        "Seconds for the agent to apply a MIG layout (GPU resets included).",
+        _int(1),
+    ),
+    Variable(
+        "gpuprov_timeout_probe",
+        60,
+        "Seconds for the agent's probe in `gpuprov verify`.",
+        _int(1),
+    ),
+    Variable(
+        "gpuprov_ssh_dead_after",
+        30,
+        "Seconds without an answer after which a connected host counts as gone (SSH "
+        "keepalives every third of it); it is failed within about 4/3 of this.",
+        _int(3),
+    ),
+]
+
 VARIABLES: dict[str, Variable] = {v.name: v for v in _VARIABLES}
 
 # Prefixes that mark a key as gpuprov's: an unknown key with one of them is an error.

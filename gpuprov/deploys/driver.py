@@ -16,6 +16,7 @@ from gpuprov.contract import (
 from gpuprov.deploys import repo
 from gpuprov.deploys.render import render
 from gpuprov.deploys.view import HostView, Watch, ensure_file
+from gpuprov.limits import reboot_limit
 from gpuprov.operations.packages import pending, pinned
 from gpuprov.operations.units import service
 
@@ -94,7 +95,11 @@ def driver(view: HostView) -> None:
     wrong, holds = pending(view.packages, wanted)
     install = None
     if wrong or holds:
-        install = pinned(name=f"driver {version}: pinned and held packages", packages=wanted)
+        install = pinned(
+            name=f"driver {version}: pinned and held packages",
+            packages=wanted,
+            _timeout=settings["gpuprov_timeout_packages"],
+        )
 
     wanted_units = units(settings)
     if any(
@@ -102,7 +107,11 @@ def driver(view: HostView) -> None:
         or view.units.get(u, {}).get("active") != "active"
         for u in wanted_units
     ):
-        service(name="driver services enabled and running", units=wanted_units)
+        service(
+            name="driver services enabled and running",
+            units=wanted_units,
+            _timeout=settings["gpuprov_timeout_service"],
+        )
 
     needs_reboot = bool(wrong) or reboot_pending(view)
     if not needs_reboot:
@@ -113,6 +122,7 @@ def driver(view: HostView) -> None:
             name=f"reboot to load driver {version}",
             delay=5,
             reboot_timeout=600,
+            _timeout=reboot_limit(5, 600),
             _if=lambda: already_pending or (install is not None and install.did_change()),
         )
     else:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pyinfra.operations import apt
+from pyinfra.operations import server
 
 from gpuprov.contract import APT_KEYRINGS_DIR, APT_SOURCES_DIR, FILE_MODE
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
+from gpuprov.limits import APT_UPDATE
 from gpuprov.operations.files import is_current
 from gpuprov.operations.packages import source, source_text
 
@@ -48,4 +49,9 @@ def repository(
             signed_by=keyring,
         )
     if key_op or source_op:
-        apt.update(name=f"apt-get update ({name})", _if=changed(key_op, source_op))
+        server.shell(
+            name=f"apt-get update ({name})",
+            commands=[APT_UPDATE],
+            _if=changed(key_op, source_op),
+            _timeout=view.settings["gpuprov_timeout_apt_update"],
+        )

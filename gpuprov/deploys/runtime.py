@@ -57,7 +57,11 @@ def container_runtime(view: HostView) -> None:
         wanted = dict.fromkeys(TOOLKIT_PACKAGES, version)
         wrong, holds = pending(view.packages, wanted)
         if wrong or holds:
-            pinned(name=f"container toolkit {version}: pinned and held packages", packages=wanted)
+            pinned(
+                name=f"container toolkit {version}: pinned and held packages",
+                packages=wanted,
+                _timeout=settings["gpuprov_timeout_packages"],
+            )
     if settings["container_runtime"] == "containerd":
         _containerd(view)
     else:
@@ -97,7 +101,12 @@ def _containerd(view: HostView) -> None:
             )
         )
     if any(ops):
-        restarted(name="restart containerd", unit="containerd.service", _if=changed(*ops))
+        restarted(
+            name="restart containerd",
+            unit="containerd.service",
+            _if=changed(*ops),
+            _timeout=view.settings["gpuprov_timeout_service"],
+        )
 
 
 def _docker(view: HostView) -> None:
@@ -107,4 +116,9 @@ def _docker(view: HostView) -> None:
     op = docker.daemon_json(
         name="docker: nvidia runtime in daemon.json", path=DOCKER_DAEMON_PATH, default=default
     )
-    restarted(name="restart docker", unit="docker.service", _if=changed(op))
+    restarted(
+        name="restart docker",
+        unit="docker.service",
+        _if=changed(op),
+        _timeout=view.settings["gpuprov_timeout_service"],
+    )

@@ -9,11 +9,12 @@ from pyinfra.api import StringCommand, operation
 from pyinfra.operations import apt
 
 from gpuprov.facts.packages import PackageState, PackageStates
+from gpuprov.limits import APT_OPTIONS, APT_UPDATE
 from gpuprov.operations.files import atomic
 
 # pyinfra's apt.packages uses the same non-interactive switches; keep the admin's conffiles.
 APT_INSTALL = (
-    "DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::=--force-confdef "
+    f"DEBIAN_FRONTEND=noninteractive apt-get {APT_OPTIONS} -y -o Dpkg::Options::=--force-confdef "
     "-o Dpkg::Options::=--force-confold --allow-downgrades install"
 )
 
@@ -62,7 +63,7 @@ def pinned(packages: dict[str, str], held: bool = True):
         specs = " ".join(shlex.quote(f"{p}={packages[p]}") for p in wrong)
         # A version published after the last `apt-get update` is not in the cache yet.
         yield StringCommand(
-            f"{APT_INSTALL} {specs} || {{ apt-get update -q && {APT_INSTALL} {specs}; }}"
+            f"{APT_INSTALL} {specs} || {{ {APT_UPDATE} && {APT_INSTALL} {specs}; }}"
         )
     if held and (wrong or holds):
         yield StringCommand("apt-mark", "hold", *map(shlex.quote, sorted(packages)))
