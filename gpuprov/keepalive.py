@@ -44,7 +44,7 @@ def apply(host: Host, dead_after: int) -> bool:
     sock = transport.sock
     # A ProxyCommand / ProxyJump connection has no TCP socket of its own here; the keepalive
     # still goes out, and the proxy's connection ends on its own terms.
-    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+    if getattr(sock, "family", None) in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, dead_after * 1000)
     return True
 
