@@ -14,6 +14,12 @@ own retransmissions give up, about 15 minutes on Linux.
 The options are set on every connection as it is made (``host_connect``), so the reconnection
 after a reboot gets them too.
 
+A connection that dies while a command is being started makes paramiko raise its transport
+thread's ``EOFError`` from ``exec_command``; pyinfra 3.10 handles ``OSError`` and
+``SSHException`` around a command but not that, and one uncaught ``EOFError`` ends the whole
+run ("An internal exception occurred"; seen on the lab with a host's link cut). Each connection
+therefore reports a lost connection as the ``SSHException`` it is, and only its host fails.
+
 >>> interval(30)
 10
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 
+from paramiko import SSHException, Transport
 from pyinfra import logger
 from pyinfra.api import BaseStateCallback, State
 from pyinfra.api.host import Host
@@ -41,12 +48,27 @@ def apply(host: Host, dead_after: int) -> bool:
     if transport is None:
         return False
     transport.set_keepalive(interval(dead_after))
+    _lost_connection_is_ssh_error(transport)
     sock = transport.sock
     # A ProxyCommand / ProxyJump connection has no TCP socket of its own here; the keepalive
     # still goes out, and the proxy's connection ends on its own terms.
     if getattr(sock, "family", None) in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, dead_after * 1000)
     return True
+
+
+def _lost_connection_is_ssh_error(transport: Transport) -> None:
+    """``transport.get_exception`` (what paramiko raises when the transport thread has ended)
+    gives an ``SSHException`` for an ``EOFError``."""
+    stored = transport.get_exception
+
+    def get_exception() -> Exception | None:
+        error = stored()
+        if isinstance(error, EOFError):
+            return SSHException("the connection was lost (no answer from the host)")
+        return error
+
+    transport.get_exception = get_exception
 
 
 class Keepalive(BaseStateCallback):
