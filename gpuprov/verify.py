@@ -26,6 +26,7 @@ from typing import Any
 import gevent
 from paramiko import SSHException
 from pyinfra.api import BaseStateCallback, Config, State
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.api.exceptions import FactProcessError, PyinfraError
 from pyinfra.api.host import Host
@@ -118,7 +119,7 @@ def _gather(
 ) -> dict[str, dict[str, Any] | Finding]:
     """Each host's probe document (or the finding why there is none), all hosts at once."""
     with ctx_state.use(state):
-        greenlets = {plan.name: state.pool.spawn(_probe, host, plan) for host, plan in hosts}
+        greenlets = {plan.name: state.pool.spawn(_probe, state, host, plan) for host, plan in hosts}
     started = time.monotonic()
     pending = list(greenlets.values())
     while pending:
@@ -135,13 +136,13 @@ def _gather(
     return {name: greenlet.get() for name, greenlet in greenlets.items()}
 
 
-def _probe(host: Host, plan: HostPlan) -> dict[str, Any] | Finding:
+def _probe(state: State, host: Host, plan: HostPlan) -> dict[str, Any] | Finding:
     """One host's probe document, run under its ``gpuprov_timeout_probe``.
 
     A probe that exits non-zero or prints no document reads as an empty document, as a failed
-    fact would (the comparison names it); one that
-    does not answer in time, or whose connection is lost, is an ``unreachable`` finding that
-    names the limit, so that one host cannot hold up or spoil the report.
+    fact would (the comparison names it). One that does not answer in time, or whose connection
+    is lost, is an ``unreachable`` finding naming the limit: one host cannot hold up the report.
+    The host's own connector arguments (``_sudo`` in its data, ...) apply, as to a fact.
     """
     limit = plan.settings["gpuprov_timeout_probe"]
     fact = GpuNodeState()
@@ -149,7 +150,9 @@ def _probe(host: Host, plan: HostPlan) -> dict[str, Any] | Finding:
     started = time.monotonic()
     try:
         with ctx_host.use(host):
-            ok, output = host.run_shell_command(command, _timeout=limit)
+            arguments, _ = pop_global_arguments(state, host, {"_timeout": limit})
+            connector = {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
+            ok, output = host.run_shell_command(command, **connector)
     except TimeoutError:
         return unreachable(
             plan.name,
@@ -160,7 +163,8 @@ def _probe(host: Host, plan: HostPlan) -> dict[str, Any] | Finding:
     except (OSError, SSHException, EOFError) as e:
         return unreachable(
             plan.name,
-            f"the connection was lost after {time.monotonic() - started:.0f} s: {e or type(e).__name__}",
+            f"the connection was lost after {time.monotonic() - started:.0f} s: "
+            f"{e or type(e).__name__}",
             "check that the host is up and reachable, then run verify again",
         )
     if not ok or not output.stdout_lines:
