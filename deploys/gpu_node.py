@@ -4,14 +4,21 @@
 
 The plan is built once for the whole inventory (an impossible plan exits 2 before any host is
 touched); each host in a mode group (shared, mig, whole_card) then gets its HostPlan applied.
-Hosts in no mode group are left alone.
+Hosts in no mode group are left alone. Every remote step runs under a time limit (the host's
+``gpuprov_timeout_step`` unless the step has a limit of its own) and the SSH connection under
+keepalives, so a stuck step or a vanished host fails that host, named, and the rest go on.
 """
 
 from pyinfra import host, state
 
+from gpuprov import keepalive
+from gpuprov.deploys import progress
 from gpuprov.deploys.cluster import cluster_plan
 from gpuprov.deploys.gpu_node import gpu_node
 
 _plan = cluster_plan(state)
+progress.watch(state)
 if host.name in {h.name for h in _plan.hosts}:
-    gpu_node(_plan.host(host.name))
+    _settings = _plan.host(host.name).settings
+    keepalive.watch(state, host, _settings["gpuprov_ssh_dead_after"])
+    gpu_node(_plan.host(host.name), _timeout=_settings["gpuprov_timeout_step"])

@@ -542,6 +542,56 @@ _VARIABLES += [
     ),
 ]
 
+# --- time limits: every remote step has one, so a stuck mirror, a hung command or a host that
+# drops off fails that host, named, and the rest of the fleet goes on (docs/variables.md).
+_step_limit = _int(1, 86400, "a step that runs for more than a day is hung")
+_VARIABLES += [
+    Variable(
+        "gpuprov_timeout_step",
+        120,
+        "Seconds any remote step may run when no limit below is its own "
+        "(file writes, small commands, reading the host's state).",
+        _step_limit,
+    ),
+    Variable(
+        "gpuprov_timeout_apt_update",
+        300,
+        "Seconds for `apt-get update` after a repository changed (index downloads).",
+        _step_limit,
+    ),
+    Variable(
+        "gpuprov_timeout_packages",
+        900,
+        "Seconds for installing pinned packages (package downloads and maintainer scripts).",
+        _step_limit,
+    ),
+    Variable(
+        "gpuprov_timeout_service",
+        300,
+        "Seconds for starting, restarting or reloading a daemon.",
+        _step_limit,
+    ),
+    Variable(
+        "gpuprov_timeout_mig",
+        600,
+        "Seconds for the agent to apply a MIG layout (GPU resets included).",
+        _step_limit,
+    ),
+    Variable(
+        "gpuprov_timeout_probe",
+        60,
+        "Seconds for the agent's probe in `gpuprov verify`.",
+        _step_limit,
+    ),
+    Variable(
+        "gpuprov_ssh_dead_after",
+        30,
+        "Seconds without an answer after which a connected host counts as gone (SSH "
+        "keepalives every third of it); it is failed within about 4/3 of this.",
+        _int(3, 3600, "a host silent for an hour is gone"),
+    ),
+]
+
 VARIABLES: dict[str, Variable] = {v.name: v for v in _VARIABLES}
 
 # gpuprov's own prefix: an unknown key with it is surely a gpuprov key gone wrong. Other

@@ -1,8 +1,11 @@
 """Read every planned host's state (live over pyinfra, or from saved probe snapshots) and compare.
 
 Live, each host costs one round trip: pyinfra connects to all hosts in parallel, then one
-``VerifyProbe`` fact per host runs the agent's probe with that host's own paths, all in
-pyinfra's gevent pool at once.
+``VerifyProbe`` probe per host runs the agent with that host's own paths, all in pyinfra's
+gevent pool at once. Each probe has the host's ``gpuprov_timeout_probe`` and each connection SSH
+keepalives (gpuprov/keepalive.py): a hung probe or a host that drops off is a finding for that
+host, and the report still covers every host. While probes run, stderr names the hosts verify
+is still waiting for, every ``WAIT_REPORT`` seconds.
 
 >>> loaded, cluster = load_plan("inventories/example.py", ())              # doctest: +SKIP
 >>> results = verify_live("inventories/example.py", cluster.hosts)  # doctest: +SKIP
@@ -15,19 +18,23 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import gevent
+from paramiko import SSHException
 from pyinfra.api import BaseStateCallback, Config, State
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.api.connect import connect_all, disconnect_all
-from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.facts import get_fact
+from pyinfra.api.exceptions import FactProcessError, PyinfraError
 from pyinfra.api.host import Host
 from pyinfra.context import ctx_host, ctx_state
 
 from gpuprov import inventory as inventory_
+from gpuprov import keepalive
 from gpuprov.compare import compare, containerd_main, probe_command, wanted_files
 from gpuprov.contract import SNAPSHOT_SUFFIX
 from gpuprov.facts.probe import VerifyProbe
@@ -35,6 +42,8 @@ from gpuprov.findings import Finding
 from gpuprov.plan import HostPlan
 
 Results = dict[str, list[Finding]]
+
+WAIT_REPORT = 5  # seconds before (and between) naming the hosts verify still waits for
 
 
 # A snapshot larger than this is not a probe's output (a probe of 16 GPUs with its files is
@@ -77,6 +86,9 @@ def verify_live(loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan]) -
     state = State(inventory=loaded.pyinfra, config=Config(), initial_limit=hosts)
     connect_errors = _ConnectErrors()
     state.add_callback_handler(connect_errors)
+    state.add_callback_handler(
+        keepalive.Keepalive({p.name: p.settings["gpuprov_ssh_dead_after"] for p in plans})
+    )
     try:
         connect_all(state)
     except PyinfraError:
@@ -88,7 +100,9 @@ def verify_live(loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan]) -
         disconnect_all(state)
     results: Results = {}
     for plan in plans:
-        if plan.name in observed:
+        if isinstance(observed.get(plan.name), Finding):
+            results[plan.name] = [observed[plan.name]]
+        elif plan.name in observed:
             results[plan.name] = compare(plan, observed[plan.name])
         else:
             reason = connect_errors.errors.get(plan.name, "could not connect")
@@ -103,21 +117,65 @@ def verify_live(loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan]) -
     return results
 
 
-def _gather(state: State, hosts: list[tuple[Host, HostPlan]]) -> dict[str, dict[str, Any]]:
-    """VerifyProbe of each host, each with its own arguments, in parallel in pyinfra's pool."""
-
-    def one(host: Host, plan: HostPlan) -> dict[str, Any]:
-        with ctx_host.use(host):
-            # apply_failed_hosts=False: a host whose probe fails is a finding, not a reason
-            # for pyinfra to stop the others ("No hosts remaining!").
-            return get_fact(
-                state, host, VerifyProbe, kwargs=fact_arguments(plan), apply_failed_hosts=False
-            )
-
+def _gather(
+    state: State, hosts: list[tuple[Host, HostPlan]]
+) -> dict[str, dict[str, Any] | Finding]:
+    """Each host's probe document (or the finding why there is none), all hosts at once."""
     with ctx_state.use(state):
-        greenlets = {plan.name: state.pool.spawn(one, host, plan) for host, plan in hosts}
-    gevent.joinall(list(greenlets.values()))
+        greenlets = {plan.name: state.pool.spawn(_probe, state, host, plan) for host, plan in hosts}
+    started = time.monotonic()
+    pending = list(greenlets.values())
+    while pending:
+        gevent.joinall(pending, timeout=WAIT_REPORT)
+        pending = [g for g in pending if not g.ready()]
+        if pending:
+            names = sorted(name for name, g in greenlets.items() if not g.ready())
+            print(
+                f"verify: still waiting for {len(names)} host(s) after "
+                f"{time.monotonic() - started:.0f} s: {', '.join(names)}",
+                file=sys.stderr,
+                flush=True,
+            )
     return {name: greenlet.get() for name, greenlet in greenlets.items()}
+
+
+def _probe(state: State, host: Host, plan: HostPlan) -> dict[str, Any] | Finding:
+    """One host's probe document, run under its ``gpuprov_timeout_probe``.
+
+    A probe that exits non-zero or prints no document reads as an empty document, as a failed
+    fact would (the comparison names it). One that does not answer in time, or whose connection
+    is lost, is an ``unreachable`` finding naming the limit: one host cannot hold up the report.
+    The host's own connector arguments (``_sudo`` in its data, ...) apply, as to a fact.
+    """
+    limit = plan.settings["gpuprov_timeout_probe"]
+    fact = VerifyProbe()
+    command = fact.command(**fact_arguments(plan))
+    started = time.monotonic()
+    try:
+        with ctx_host.use(host):
+            arguments, _ = pop_global_arguments(state, host, {"_timeout": limit})
+            connector = {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
+            ok, output = host.run_shell_command(command, **connector)
+    except TimeoutError:
+        return unreachable(
+            plan.name,
+            f"the probe gave no answer within {limit} s (gpuprov_timeout_probe)",
+            f"on the host, check what `{probe_command(plan)}` waits for "
+            "(a hung nvidia-smi or NVML call after an XID?)",
+        )
+    except (OSError, SSHException, EOFError) as e:
+        return unreachable(
+            plan.name,
+            f"the connection was lost after {time.monotonic() - started:.0f} s: "
+            f"{e or type(e).__name__}",
+            "check that the host is up and reachable, then run verify again",
+        )
+    if not ok or not output.stdout_lines:
+        return {}
+    try:
+        return fact.process(output.stdout_lines)
+    except FactProcessError:
+        return {}
 
 
 def verify_snapshots(directory: str, plans: Sequence[HostPlan]) -> Results:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 from pyinfra.api import State
+from pyinfra.context import ctx_state
 
 from gpuprov.contract import EXIT_BAD_INPUT
 from gpuprov.errors import InputError
@@ -49,7 +50,10 @@ def loaded(state: State) -> LoadedInventory:
 def cluster_plan(state: State) -> ClusterPlan:
     """The plan for ``state``'s inventory; on bad input, print every problem and exit 2."""
     global _cached
-    if _cached is not None and _cached[0] is state:
+    # A deploy file's `state` is pyinfra's context proxy, the same object in every run of one
+    # process (tests run several): the State behind it tells the runs apart.
+    current = ctx_state.get() if state is ctx_state.context else state
+    if _cached is not None and _cached[0] is current:
         return _cached[1]
     inventory = loaded(state)
     try:
@@ -62,5 +66,5 @@ def cluster_plan(state: State) -> ClusterPlan:
         # Not sys.exit: this runs in one of pyinfra's per-host greenlets, where gevent reports
         # a SystemExit with tracebacks. Nothing has run on any host yet.
         os._exit(EXIT_BAD_INPUT)
-    _cached = (state, plan)
+    _cached = (current, plan)
     return plan

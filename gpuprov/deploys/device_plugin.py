@@ -34,4 +34,5 @@ def device_plugin(view: HostView) -> None:
             name="device plugin re-reads its config",
             commands=[view.settings["device_plugin_reload_command"]],
             _if=changed(op),
+            _timeout=view.settings["gpuprov_timeout_service"],
         )

@@ -7,6 +7,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from gpuprov.deploys.view import HostView
+from gpuprov.limits import DRAIN_MARGIN
 from gpuprov.operations import kube
 
 
@@ -29,6 +30,7 @@ def drain(view: HostView, reasons: list[str]) -> None:
         node=node_name(view),
         kubeconfig=settings["kubeconfig"],
         timeout=settings["drain_timeout"],
+        _timeout=settings["drain_timeout"] + DRAIN_MARGIN,
     )
 
 

@@ -19,6 +19,7 @@ from gpuprov.contract import (
 from gpuprov.deploys import repo
 from gpuprov.deploys.view import HostView, Watch, ensure_file
 from gpuprov.hostfiles import apt_preferences, apt_source, nouveau_blacklist
+from gpuprov.limits import reboot_limit
 from gpuprov.operations.packages import installed, pending, pinned, resolution, targets
 from gpuprov.operations.units import service
 from gpuprov.packaging import profiles
@@ -151,6 +152,7 @@ def driver(view: HostView) -> None:
             revision=wanted.revision,
             own=list(wanted.own),
             remove=remove,
+            _timeout=settings["gpuprov_timeout_packages"],
         )
 
     wanted_units = units(settings)
@@ -159,7 +161,11 @@ def driver(view: HostView) -> None:
         or view.units.get(u, {}).get("active") != "active"
         for u in wanted_units
     ):
-        service(name="driver services enabled and running", units=wanted_units)
+        service(
+            name="driver services enabled and running",
+            units=wanted_units,
+            _timeout=settings["gpuprov_timeout_service"],
+        )
 
     exact_wrong = [p for p in wrong if p in wanted.exact]
     needs_reboot = bool(resolved.missing or exact_wrong or remove) or reboot_pending(view)
@@ -171,6 +177,7 @@ def driver(view: HostView) -> None:
             name=f"reboot to load driver {version}",
             delay=5,
             reboot_timeout=600,
+            _timeout=reboot_limit(5, 600),
             _if=lambda: already_pending or (install is not None and install.did_change()),
         )
     else:

@@ -36,4 +36,9 @@ def kubelet(view: HostView) -> None:
             name=f"kubelet: maxPods {max_pods} in {path}", path=path, max_pods=max_pods
         )
     if op:
-        restarted(name="restart kubelet", unit=KUBELET_UNIT, _if=changed(op))
+        restarted(
+            name="restart kubelet",
+            unit=KUBELET_UNIT,
+            _if=changed(op),
+            _timeout=view.settings["gpuprov_timeout_service"],
+        )

@@ -13,6 +13,7 @@ from gpuprov.contract import MIG_LAYOUT_PATH, MIG_OFF_PATH, MIG_UNIT, MIG_UNIT_P
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
 from gpuprov.hostfiles import mig_layout as layout_file
 from gpuprov.hostfiles import mig_unit as unit_file
+from gpuprov.limits import reboot_limit
 from gpuprov.operations.mig import applied, differences, reboot_requested
 from gpuprov.operations.units import service
 from gpuprov.plan import HostPlan
@@ -55,7 +56,12 @@ def mig_layout(view: HostView) -> None:
     if unit:
         systemd.daemon_reload(name="systemd daemon-reload", _if=changed(unit))
     if view.units.get(MIG_UNIT, {}).get("enabled") != "enabled":
-        service(name=f"{MIG_UNIT} enabled at boot", units=[MIG_UNIT], running=None)
+        service(
+            name=f"{MIG_UNIT} enabled at boot",
+            units=[MIG_UNIT],
+            running=None,
+            _timeout=settings["gpuprov_timeout_service"],
+        )
     _apply(view, MIG_LAYOUT_PATH, upload=False, reboot=settings["mig_reboot"])
 
 
@@ -75,12 +81,16 @@ def _apply(view: HostView, path: str, upload: bool, reboot: bool) -> None:
         python=settings["gpuprov_python"],
         upload=upload,
     )
-    first = applied(name="MIG as planned (incremental)", **kwargs)
+    limit = settings["gpuprov_timeout_mig"]
+    first = applied(name="MIG as planned (incremental)", _timeout=limit, **kwargs)
     if reboot:
         restart = server.reboot(
             name="reboot: the MIG mode change needs it (mig_reboot)",
             delay=5,
             reboot_timeout=600,
+            _timeout=reboot_limit(5, 600),
             _if=lambda: reboot_requested(first),
         )
-        applied(name="MIG as planned, after the reboot", _if=changed(restart), **kwargs)
+        applied(
+            name="MIG as planned, after the reboot", _if=changed(restart), _timeout=limit, **kwargs
+        )

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from pyinfra.operations import apt
+from pyinfra.operations import server
 
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
 from gpuprov.hostfiles import apt_source
+from gpuprov.limits import APT_UPDATE
 
 
 def watch(repo: apt_source.Repository) -> Watch:
@@ -25,7 +26,12 @@ def repository(view: HostView, repo: apt_source.Repository):
         view, f"apt source {repo.source_path}", repo.source_path, apt_source.render(repo)
     )
     if key_op or source_op:
-        return apt.update(name=f"apt-get update ({repo.name})", _if=changed(key_op, source_op))
+        return server.shell(
+            name=f"apt-get update ({repo.name})",
+            commands=[APT_UPDATE],
+            _if=changed(key_op, source_op),
+            _timeout=view.settings["gpuprov_timeout_apt_update"],
+        )
     return None
 
 

@@ -55,6 +55,7 @@ def container_runtime(view: HostView) -> None:
                 version=version,
                 what="container toolkit",
                 revision=TOOLKIT_REVISION,
+                _timeout=settings["gpuprov_timeout_packages"],
             )
     if settings["container_runtime"] == "containerd":
         _containerd(view)
@@ -79,6 +80,7 @@ def _containerd(view: HostView) -> None:
         name=f"containerd: nvidia runtime ({containerd_drop_in_path(path)} imported by {path})",
         path=path,
         default=view.settings["container_runtime_default"],
+        _timeout=view.settings["gpuprov_timeout_service"],
     )
 
 
@@ -89,4 +91,9 @@ def _docker(view: HostView) -> None:
     op = docker.daemon_json(
         name="docker: nvidia runtime in daemon.json", path=DOCKER_DAEMON_PATH, default=default
     )
-    restarted(name="restart docker", unit=DOCKER_UNIT, _if=changed(op))
+    restarted(
+        name="restart docker",
+        unit=DOCKER_UNIT,
+        _if=changed(op),
+        _timeout=view.settings["gpuprov_timeout_service"],
+    )

@@ -4,7 +4,7 @@
 README's commands work on a fresh Debian machine.
 
 >>> sorted(set(PROGRAMS.values()))[:3]
-['apt-cacher-ng', 'apt-utils', 'gnupg']
+['apt-utils', 'gnupg', 'iproute2']
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from gpuprov.lab.errors import LabError
 # program -> Debian package (bookworm). dpkg-deb, mount, unshare and bash are Essential.
 PROGRAMS = {
     "mmdebstrap": "mmdebstrap",
-    "apt-cacher-ng": "apt-cacher-ng",
     "systemd-nspawn": "systemd-container",
     "apt-ftparchive": "apt-utils",
     "gpg": "gnupg",
@@ -32,7 +31,7 @@ PROGRAMS = {
     "containerd": "containerd",
     "ctr": "containerd",
 }
-_SBIN = ("/usr/sbin", "/sbin")  # apt-cacher-ng is in /usr/sbin, not always on PATH
+_SBIN = ("/usr/sbin", "/sbin")  # ip is in /usr/sbin (/sbin), not always on PATH
 
 
 def missing() -> list[str]:

@@ -83,7 +83,7 @@ def status(run: RunDir) -> dict[str, Any]:
         )
     ok = (
         all(h["running"] and h["ssh"] for h in host_rows)
-        and procs.alive(run.proxy_pid)
+        and procs.alive(run.stuck_pid)
         and procs.alive(run.repo_pid)
     )
     return {
@@ -91,7 +91,7 @@ def status(run: RunDir) -> dict[str, Any]:
         "state": "up" if ok else "degraded",
         "run_dir": str(run.path),
         "hosts": host_rows,
-        "apt_proxy": procs.alive(run.proxy_pid),
+        "stuck_mirror": procs.alive(run.stuck_pid),
         "repo_server": procs.alive(run.repo_pid),
     }
 
@@ -129,8 +129,8 @@ def _start(run: RunDir, spec: list[LabHost], base_dir: Path, built: repo.Repo) -
     # Written before anything starts, so that a failed `up` can be cleaned by `down`.
     run.write_state(document)
     network.add_bridge()
-    services.start_proxy(run)
     services.start_repo_server(run, built.www)
+    services.start_stuck_mirror(run)
     hosts.ensure_inotify(len(spec))
     for host in spec:
         hosts.start(run, host, base_dir)
@@ -168,7 +168,7 @@ def _down(run: RunDir) -> None:
 
 
 def _healthy(run: RunDir, current: dict[str, Any]) -> bool:
-    if not (procs.alive(run.proxy_pid) and procs.alive(run.repo_pid)):
+    if not (procs.alive(run.stuck_pid) and procs.alive(run.repo_pid)):
         return False
     return all(procs.alive(run.host(h["name"]).nspawn_pid) for h in current["hosts"])
 

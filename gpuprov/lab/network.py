@@ -1,7 +1,7 @@
 """The lab network: bridge gpl-br0 (10.200.0.1/24) and one network namespace per host.
 
 Each host's namespace ``gpl-<index>`` has ``eth0``, the peer of ``gpl-v<index>`` on the bridge.
-There is no NAT and no forwarding: hosts reach only 10.200.0.0/24 (apt goes through the proxy).
+There is no NAT and no forwarding: hosts reach only 10.200.0.0/24 (the lab's own services).
 
 >>> netns_name(3), veth_name(3)
 ('gpl-3', 'gpl-v3')

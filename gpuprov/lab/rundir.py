@@ -85,12 +85,8 @@ class RunDir:
         return self.path / "repo-key.asc"
 
     @property
-    def proxy_dir(self) -> Path:
-        return self.path / "apt-proxy"
-
-    @property
-    def proxy_pid(self) -> Path:
-        return self.path / "apt-proxy.pid"
+    def stuck_pid(self) -> Path:
+        return self.path / "stuck-mirror.pid"
 
     @property
     def repo_pid(self) -> Path:
@@ -105,7 +101,7 @@ class RunDir:
 
     def pidfiles(self) -> list[Path]:
         """Every pid file of this run: services and each host's launcher and nspawn."""
-        files = [self.proxy_pid, self.repo_pid]
+        files = [self.stuck_pid, self.repo_pid]
         for host in self.host_dirs():
             files += [host.launcher_pid, host.nspawn_pid]
         return [f for f in files if f.exists()]

@@ -1,12 +1,18 @@
-"""The lab's two services on the bridge address: the apt proxy and the repository's HTTP server.
+"""The lab's services on the bridge address: the repositories' HTTP server and a stuck mirror.
 
-- apt-cacher-ng on 10.200.0.1:13142 is the hosts' only way to Debian (they have no route out).
-  Its cache outlives the lab in /var/tmp/gpuprov-lab-apt-cache, so warm runs download nothing.
-- A Python HTTP server on 10.200.0.1:13180 serves the signed repositories (`/non-free/`,
-  `/libnvidia-container/`), reached directly (the hosts' apt config says DIRECT for it).
+- A Python HTTP server (threaded, static files) on 10.200.0.1:13180 serves the signed
+  repositories (``/non-free/``, ``/libnvidia-container/``). It is the only thing lab hosts fetch
+  packages from: every Debian package they need is in the base image (``base.sh``), so they
+  have no Debian source, no proxy, and a deploy to 16 or 32 hosts at once downloads only the
+  lab's own small packages. (An apt-cacher-ng in front of Debian used to hang when 16 hosts
+  asked it for the same ``InRelease`` in the same second on a cold cache.)
+- A stuck mirror on 10.200.0.1:13181 (``stuck_mirror.py``): it accepts connections and never
+  answers, for tests of the deploy's time limits.
 
 >>> repo_url("non-free")
 'http://10.200.0.1:13180/non-free/'
+>>> stuck_url("non-free")
+'http://10.200.0.1:13181/non-free/'
 """
 
 from __future__ import annotations
@@ -18,44 +24,30 @@ from pathlib import Path
 
 from gpuprov.lab import procs
 from gpuprov.lab.errors import LabError
-from gpuprov.lab.rundir import CACHE, RunDir
+from gpuprov.lab.rundir import RunDir
 from gpuprov.lab.spec import GATEWAY
 
-PROXY_PORT = 13142  # not 3142: a packaged apt-cacher-ng may already listen there
 REPO_PORT = 13180
-APT_CACHE = CACHE / "gpuprov-lab-apt-cache"
+STUCK_PORT = 13181
 
 
 def repo_url(name: str) -> str:
     return f"http://{GATEWAY}:{REPO_PORT}/{name}/"
 
 
-def start_proxy(run: RunDir) -> None:
-    """Start apt-cacher-ng with its own minimal config (no Remap rules, which point elsewhere)."""
-    run.proxy_dir.mkdir(parents=True, exist_ok=True)
-    APT_CACHE.mkdir(parents=True, exist_ok=True)
-    (run.proxy_dir / "acng.conf").write_text(
-        "\n".join(
-            [
-                f"CacheDir: {APT_CACHE}",
-                f"LogDir: {run.proxy_dir}",
-                "SupportDir: /usr/lib/apt-cacher-ng",
-                f"BindAddress: {GATEWAY}",
-                f"Port: {PROXY_PORT}",
-                "ForeGround: 1",
-                f"PidFile: {run.proxy_dir}/pidfile",
-                f"SocketPath: {run.proxy_dir}/socket",
-                "ExThreshold: 4",
-            ]
-        )
-        + "\n"
-    )
+def stuck_url(name: str) -> str:
+    """A repository URL on the stuck mirror: connections open, nothing ever comes back."""
+    return f"http://{GATEWAY}:{STUCK_PORT}/{name}/"
+
+
+def start_stuck_mirror(run: RunDir) -> None:
+    log = run.path / "stuck-mirror.log"
     procs.start(
-        ["/usr/sbin/apt-cacher-ng", "-c", str(run.proxy_dir)],
-        run.proxy_pid,
-        log=run.proxy_dir / "out.log",
+        [sys.executable, "-m", "gpuprov.lab.stuck_mirror", GATEWAY, str(STUCK_PORT)],
+        run.stuck_pid,
+        log=log,
     )
-    _wait_listening(PROXY_PORT, run.proxy_pid, run.proxy_dir / "out.log")
+    _wait_listening(STUCK_PORT, run.stuck_pid, log)
 
 
 def start_repo_server(run: RunDir, www: Path) -> None:
@@ -77,7 +69,7 @@ def start_repo_server(run: RunDir, www: Path) -> None:
 
 
 def stop_all(run: RunDir) -> None:
-    procs.stop(run.proxy_pid)
+    procs.stop(run.stuck_pid)
     procs.stop(run.repo_pid)
 
 

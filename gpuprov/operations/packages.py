@@ -11,13 +11,14 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
 from gpuprov.facts.packages import PackageState, PackageStates
+from gpuprov.limits import APT_OPTIONS
 from gpuprov.operations.refuse import refuse
 from gpuprov.packaging.profiles import DriverPackages
 from gpuprov.packaging.resolve import Resolution, resolve
 
 # pyinfra's apt.packages uses the same non-interactive switches; keep the admin's conffiles.
 APT_INSTALL = (
-    "DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::=--force-confdef "
+    f"DEBIAN_FRONTEND=noninteractive apt-get {APT_OPTIONS} -y -o Dpkg::Options::=--force-confdef "
     "-o Dpkg::Options::=--force-confold --allow-downgrades install"
 )
 

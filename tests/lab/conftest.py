@@ -21,6 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "lab_fresh: needs the lab hosts as `up` left them; runs before other lab tests"
     )
     config.addinivalue_line("markers", "lab_down: takes the shared lab down; runs last")
+    config.addinivalue_line("markers", "fleet: starts a 16-host lab of its own (minutes)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

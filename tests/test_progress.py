@@ -1,0 +1,38 @@
+"""A step that runs out of time fails its host with the step, its limit and its command named.
+
+A real pyinfra run on @local: one step runs `sleep 5` under a 1 s limit.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from click.testing import CliRunner
+from pyinfra_cli.main import cli
+
+DEPLOY = """
+from pyinfra import state
+from pyinfra.operations import server
+
+from gpuprov.deploys import progress
+
+progress.watch(state)
+server.shell(name="hung step", commands=["sleep 5"], _timeout=1)
+server.shell(name="after it", commands=["true"])
+"""
+
+
+def test_a_step_past_its_limit_fails_its_host_naming_step_limit_and_command(tmp_path, monkeypatch):
+    deploy = tmp_path / "hung.py"
+    deploy.write_text(DEPLOY)
+    argv = ["-y", "@local", str(deploy)]
+    monkeypatch.setattr(sys, "argv", ["pyinfra", *argv])
+    result = CliRunner().invoke(cli, argv, catch_exceptions=False)
+    assert result.exit_code == 1
+    out = result.output
+    assert "[@local] Command timed out after 1s" in out
+    assert "gpuprov: step `hung step` ran out of time after 1 s (limit 1 s)" in out
+    # pyinfra's CLI adds a log handler per run, so earlier in-process runs repeat each line.
+    [row] = {line for line in out.splitlines() if line.startswith("    @local")}
+    assert "(limit 1 s)  hung step  FAILED: `sleep 5`" in row
+    assert "after it" not in row
