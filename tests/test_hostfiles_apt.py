@@ -177,5 +177,5 @@ def test_one_missing_blacklist_line_is_one_finding(tmp_path, line):
 
 def test_no_driver_means_no_blacklist_wanted(tmp_path):
     plan = plan_for(tmp_path, driver_version=None)
-    assert nouveau_blacklist.paths(plan) == []
+    assert nouveau_blacklist.paths(plan).files == ()
     assert nouveau_blacklist.check(plan, {}) == []

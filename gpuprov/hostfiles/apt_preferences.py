@@ -29,6 +29,7 @@ from typing import Any
 
 from gpuprov.contract import APT_PIN_PATH, APT_PIN_PRIORITY, OS_RELEASE_PATH
 from gpuprov.findings import Finding
+from gpuprov.hostfiles import Wanted
 from gpuprov.hostfiles.documents import Report
 from gpuprov.packaging.profiles import (
     TOOLKIT_PACKAGES,
@@ -113,8 +114,9 @@ def needs_distribution(plan: Any) -> bool:
     return bool(plan.settings["driver_version"]) and plan.settings["driver_source"] is None
 
 
-def paths(plan: Any) -> list[str]:
-    return [APT_PIN_PATH] + ([OS_RELEASE_PATH] if needs_distribution(plan) else [])
+def paths(plan: Any) -> Wanted:
+    """The pin file, and the host's os-release when the source follows the distribution."""
+    return Wanted(files=(APT_PIN_PATH,) + ((OS_RELEASE_PATH,) if needs_distribution(plan) else ()))
 
 
 def render(plan: Any, distribution: str | None) -> str | None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuprov.contract import APT_KEYRINGS_DIR, DRIVER_REPO, TOOLKIT_REPO, apt_source_path
 from gpuprov.findings import Finding
+from gpuprov.hostfiles import Wanted
 from gpuprov.hostfiles.documents import Report
 
 CHECK = "apt-source"
@@ -94,13 +95,14 @@ def repository(settings: Mapping[str, Any], name: str) -> Repository | None:
     return next((r for r in repositories(settings) if r.name == name), None)
 
 
-def paths(plan: Any) -> list[str]:
+def paths(plan: Any) -> Wanted:
+    """The planned sources and their keyrings."""
     out = []
     for repo in repositories(plan.settings):
         out.append(repo.source_path)
         if repo.keyring_path:
             out.append(repo.keyring_path)
-    return out
+    return Wanted(files=tuple(out))
 
 
 def fields(repo: Repository) -> dict[str, str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuprov.contract import NOUVEAU_BLACKLIST_PATH
 from gpuprov.findings import Finding
+from gpuprov.hostfiles import Wanted
 from gpuprov.hostfiles.documents import Report
 
 CHECK = "nouveau-blacklist"
@@ -28,8 +29,9 @@ def wanted(plan: Any) -> bool:
     return plan.settings["driver_version"] is not None
 
 
-def paths(plan: Any) -> list[str]:
-    return [NOUVEAU_BLACKLIST_PATH] if wanted(plan) else []
+def paths(plan: Any) -> Wanted:
+    """The blacklist, when the plan manages the driver."""
+    return Wanted(files=(NOUVEAU_BLACKLIST_PATH,) if wanted(plan) else ())
 
 
 def render(plan: Any) -> str:
