@@ -8,7 +8,7 @@ from pyinfra.api import FactBase
 from typing_extensions import override
 
 from gpuprov.agent import containerd_state
-from gpuprov.contract import containerd_drop_in_path
+from gpuprov.contract import CONTAINERD_CONFIG_PATH, containerd_drop_in_path
 
 
 class ContainerdState(FactBase[dict[str, Any]]):
@@ -29,7 +29,7 @@ class ContainerdState(FactBase[dict[str, Any]]):
     @override
     def command(
         self,
-        path: str = "/etc/containerd/config.toml",
+        path: str = CONTAINERD_CONFIG_PATH,
         sections: tuple[str, ...] = ("version", "source"),
     ) -> str:
         return containerd_state.command(path, containerd_drop_in_path(path), sections)

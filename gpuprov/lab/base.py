@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gpuprov.contract import APT_SOURCES_DIR
 from gpuprov.lab.errors import LabError
 from gpuprov.lab.rundir import CACHE, prune_cache
 
@@ -60,7 +61,7 @@ def mirror() -> str:
     """This machine's Debian mirror (without the trailing /debian), as mmdebstrap needs it."""
     if os.environ.get("GPUPROV_LAB_MIRROR"):
         return os.environ["GPUPROV_LAB_MIRROR"].rstrip("/")
-    texts = [p.read_text() for p in sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))]
+    texts = [p.read_text() for p in sorted(Path(APT_SOURCES_DIR).glob("*.sources"))]
     texts += [p.read_text() for p in [Path("/etc/apt/sources.list")] if p.exists()]
     for text in texts:
         for uri in re.findall(r"^(?:URIs:|deb(?:\s+\[[^]]*\])?)\s+(\S+)", text, re.MULTILINE):

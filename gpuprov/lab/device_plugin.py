@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuprov.contract import DEVICE_PLUGIN_CONFIG_PATH, SIM_ENV, SIM_STATE_PATH
+from gpuprov.contract import DEVICE_PLUGIN_CONFIG_PATH, KUBELET_UNIT, SIM_ENV, SIM_STATE_PATH
 from gpuprov.lab import kubelet
 
 PLUGIN = "/usr/bin/nvidia-device-plugin"  # where the base's stand-in sits
@@ -31,7 +31,7 @@ def unit() -> str:
     return (
         "[Unit]\n"
         "Description=NVIDIA device plugin (real, over the simulated NVML)\n"
-        "After=kubelet.service\n"
+        f"After={KUBELET_UNIT}\n"
         "\n"
         "[Service]\n"
         f"Environment=LD_LIBRARY_PATH={LIBRARY_DIR}\n"

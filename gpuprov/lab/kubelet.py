@@ -22,12 +22,12 @@ from pathlib import Path
 
 import yaml
 
-from gpuprov.contract import KUBELET_CONFIG_PATH
+from gpuprov.contract import CONTAINERD_UNIT, KUBELET_CONFIG_PATH, KUBELET_UNIT
 
 KUBELET = "/usr/bin/kubelet"  # where the base's stand-in sits: its enabled unit points there
 KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"
 CONFIG_DIR = "/etc/kubernetes/kubelet.conf.d"  # gpuprov's drop-in goes here (kubelet_config_dir)
-UNIT = "/etc/systemd/system/kubelet.service"
+UNIT = f"/etc/systemd/system/{KUBELET_UNIT}"
 CNI_CONFIG = "/etc/cni/net.d/10-gpuprov-lab.conflist"
 CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
 
@@ -99,8 +99,8 @@ def unit(node: str) -> str:
     return (
         "[Unit]\n"
         "Description=kubelet (real, gpuprov lab)\n"
-        "After=containerd.service\n"
-        "Wants=containerd.service\n"
+        f"After={CONTAINERD_UNIT}\n"
+        f"Wants={CONTAINERD_UNIT}\n"
         "\n"
         "[Service]\n"
         # The OOM watcher opens /dev/kmsg, which nspawn does not give a container ("failed to

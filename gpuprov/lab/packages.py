@@ -32,7 +32,14 @@ from pathlib import Path
 import pynvml
 
 import gpuprov
-from gpuprov.contract import SIM_NVML_LIBRARY_PATH, SIM_PYTHON_DIR, SIM_STATE_PATH
+from gpuprov.contract import (
+    NVIDIA_RUNTIME_BINARY,
+    PERSISTENCED_UNIT,
+    SIM_ENV,
+    SIM_NVML_LIBRARY_PATH,
+    SIM_PYTHON_DIR,
+    SIM_STATE_PATH,
+)
 from gpuprov.lab.debs import File, Package
 from gpuprov.sim.libnvml import build as libnvml
 
@@ -164,8 +171,8 @@ def _persistenced() -> Package:
             "/usr/bin/nvidia-persistenced": _file(
                 "persistenced/nvidia-persistenced", upstream, 0o755
             ),
-            "/lib/systemd/system/nvidia-persistenced.service": _file(
-                "persistenced/nvidia-persistenced.service", upstream
+            f"/lib/systemd/system/{PERSISTENCED_UNIT}": _file(
+                f"persistenced/{PERSISTENCED_UNIT}", upstream
             ),
         },
         scripts={
@@ -206,7 +213,7 @@ def _toolkit(version: str) -> list[Package]:
             "NVIDIA Container Toolkit Base (gpuprov lab simulation)",
             files={
                 "/usr/bin/nvidia-ctk": tool("nvidia-ctk"),
-                "/usr/bin/nvidia-container-runtime": tool("nvidia-container-runtime"),
+                NVIDIA_RUNTIME_BINARY: tool("nvidia-container-runtime"),
             },
             scripts={"postinst": _text("toolkit/base.postinst", upstream)},
         ),
@@ -270,7 +277,15 @@ def _gpuprov_imports(tree: ast.Module, module: str, is_package: bool) -> list[st
 
 
 def _text(name: str, upstream: str) -> bytes:
-    return (_HERE / name).read_text().replace("@UPSTREAM@", upstream).encode()
+    """A packaged file with the version and the contract's simulator names filled in."""
+    text = (_HERE / name).read_text().replace("@UPSTREAM@", upstream)
+    for mark, value in (
+        ("@SIM_STATE@", SIM_STATE_PATH),
+        ("@SIM_ENV@", SIM_ENV),
+        ("@SIM_PYTHON@", SIM_PYTHON_DIR),
+    ):
+        text = text.replace(mark, value)
+    return text.encode()
 
 
 def _file(name: str, upstream: str, mode: int = 0o644) -> File:

@@ -16,6 +16,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from gpuprov.agent import containerd_state
 from gpuprov.contract import (
+    CONTAINERD_CONFIG_PATH,
     CONTAINERD_DROP_IN,
     CONTAINERD_ROLLBACK_DIR,
     CONTAINERD_UNIT,
@@ -56,7 +57,7 @@ def candidate_dump_command(path: str) -> str:
 
 
 @operation()
-def nvidia_runtime(path: str = "/etc/containerd/config.toml", default: bool = True):
+def nvidia_runtime(path: str = CONTAINERD_CONFIG_PATH, default: bool = True):
     """
     Ensure containerd runs the nvidia runtime as runc's twin, changing nothing else.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import operation
 
+from gpuprov.contract import DOCKER_DAEMON_PATH
 from gpuprov.facts.files import FileStates
 from gpuprov.hostfiles import docker as daemon_file
 from gpuprov.operations.files import replace
@@ -19,7 +20,7 @@ VALIDATE = (
 
 
 @operation()
-def daemon_json(path: str = "/etc/docker/daemon.json", default: bool = True):
+def daemon_json(path: str = DOCKER_DAEMON_PATH, default: bool = True):
     """
     Ensure docker knows the ``nvidia`` runtime (and uses it by default when ``default``).
 

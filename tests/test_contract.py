@@ -1,0 +1,91 @@
+"""The host contract is defined once: every host path, schema name, environment variable and
+file name of gpuprov/contract.py appears as a literal only there; the rest of the code imports it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from gpuprov import contract
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE = [
+    p
+    for top in ("gpuprov", "deploys", "bench")
+    for p in sorted((ROOT / top).rglob("*.py"))
+    if p != ROOT / "gpuprov" / "contract.py"
+]
+# Literals that name a piece of the contract unambiguously: paths, schemas, variables, file names.
+_DISTINCT = re.compile(
+    r"^(/|gpuprov\.[a-z-]+/v\d|GPUPROV_|io\.containerd\.)|\.(conf|toml|service|json)$"
+)
+
+
+def contract_literals() -> dict[str, str]:
+    """value -> constant name, for every string constant of the contract worth tracking."""
+    out = {}
+    for name in dir(contract):
+        value = getattr(contract, name)
+        if (
+            name.isupper()
+            and isinstance(value, str)
+            and _DISTINCT.search(value)
+            and not value.startswith(".")  # a bare suffix (".json") names nothing by itself
+        ):
+            out[value] = name
+        elif name.isupper() and isinstance(value, dict):
+            out.update({v: name for v in value.values() if isinstance(v, str) and "." in v})
+    return out
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def literal_uses(path: Path, literals: dict[str, str]) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            for value, name in literals.items():
+                # As a whole token: `nvidia-container-runtime-hook` is not the runtime's path.
+                if re.search(re.escape(value) + r"(?![\w.-])", node.value):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {value!r} ({name})")
+    return found
+
+
+def test_the_contract_has_the_literals_the_check_looks_for():
+    literals = contract_literals()
+    assert "/etc/gpuprov/mig-layout.json" in literals
+    assert "gpuprov.probe/v1" in literals
+    assert "GPUPROV_NVML_SIM" in literals
+    assert "io.containerd.grpc.v1.cri" in literals
+
+
+def test_a_contract_literal_outside_the_contract_is_found(tmp_path):
+    rogue = ROOT / "gpuprov" / "_rogue_for_test.py"
+    try:
+        rogue.write_text(
+            '"""Doc: /etc/gpuprov/mig-layout.json is fine here."""\nX = "/etc/gpuprov/mig-layout.json"\n'
+        )
+        found = literal_uses(rogue, contract_literals())
+    finally:
+        rogue.unlink()
+    assert found == [
+        "gpuprov/_rogue_for_test.py:2: '/etc/gpuprov/mig-layout.json' (MIG_LAYOUT_PATH)"
+    ]
+
+
+def test_host_paths_schemas_and_names_appear_only_in_the_contract_module():
+    literals = contract_literals()
+    found = [use for path in CODE for use in literal_uses(path, literals)]
+    assert found == []
