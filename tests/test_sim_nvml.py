@@ -229,7 +229,7 @@ def test_create_without_placement_takes_the_highest_free_start(a100):
         ([(9, 4, 4)], 14, 4, 2),  # overlaps the 3g at 4-7
         ([(14, 2, 2)], 9, 0, 4),  # 3g at 0 would cover the 2g at 2-3
         ([], 9, 2, 4),  # 2 is not a 3g placement
-        ([], 14, 6, 2),  # 2g cannot start at 6 (mig.md (b))
+        ([], 14, 6, 2),  # 2g cannot start at 6 (nvidia-smi mig -lgipp; NVIDIA MIG User Guide)
         ([], 19, 0, 2),  # right start, wrong size
         ([(20, 0, 1)], 20, 1, 1),  # +me: at most one
         ([(5, 0, 4)], 5, 0, 4),  # 4g: one placement, max 1

@@ -22,7 +22,7 @@ from gpuprov.contract import NVML_PROFILE_ABSENT
 from gpuprov.mig.instance import Instance
 
 # Plain CI profiles in order of slice count. The REV1/NVL variants are special-purpose and never
-# the "full" CI of a GI (mig.md (c); pynvml NVML_COMPUTE_INSTANCE_PROFILE_*).
+# the "full" CI of a GI (pynvml NVML_COMPUTE_INSTANCE_PROFILE_*).
 _FULL_CI_CANDIDATES = (
     pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
     pynvml.NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE,

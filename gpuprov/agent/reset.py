@@ -1,6 +1,7 @@
 """Reset GPUs so a pending MIG mode becomes current, stopping their clients if they block it.
 
-NVML has no reset call; like mig-parted we run ``nvidia-smi -r -i <GPUs>`` (mig.md (a), "Mode
+NVML has no reset call; like mig-parted we run ``nvidia-smi -r -i <GPUs>`` (NVIDIA/mig-parted
+apply/mode.go, "Mode
 change"). Unlike mig-parted we reset only the GPUs whose mode changes. Any driver client blocks a
 reset ("In use by another client"), so when the first try is refused the active systemd units
 among ``gpu_clients`` are stopped, the reset is tried once more, and the units are started again.

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-# A GI profile name starts with its compute slice count: "3g.40gb", "1g.10gb+me" (mig.md (a)).
+# A GI profile name starts with its compute slice count: "3g.40gb", "1g.10gb+me" (NVIDIA MIG User
+# Guide, https://docs.nvidia.com/datacenter/tesla/mig-user-guide/).
 _COMPUTE_SLICES = re.compile(r"^(\d+)g\.")
 
 

@@ -6,7 +6,8 @@ entry that hosts of several models share. Import: a named entry of a mig-parted 
 ``gpu_model`` / ``mig_layout`` / ``mig_layout_by_gpu``, each layout checked by the solver.
 
 mig-parted has no placements: ``apply`` lets the driver pick each slot and retries orderings, so
-an exported config reproduces gpuprov's profile counts, not its exact placements (mig.md (a)).
+an exported config reproduces gpuprov's profile counts, not its exact placements (NVIDIA/mig-parted
+api/spec/v1: `mig-devices` holds counts only).
 
 >>> layout_label({"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2})
 '3g.40gb-2g.20gb-2x1g.10gb'

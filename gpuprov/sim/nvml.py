@@ -407,7 +407,8 @@ class _Driver:
         if not free:
             raise _Fail(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
         # NVML's choice is undocumented; one real capture put the first of two 3g GIs at 4:4
-        # (mig.md (b)), so the simulation takes the highest free start.
+        # (nvidia-smi mig -lgipp; NVIDIA MIG User Guide), so the simulation takes the highest free
+        # start.
         self._create_gi(gpu, model, profile, free[-1], instance)
 
     def nvmlDeviceCreateGpuInstanceWithPlacement(
@@ -642,7 +643,8 @@ class _Driver:
         _store_handle(out, _encode(KIND_DEVICE, gpu["index"]))
 
     def nvmlDeviceGetAttributes_v2(self, device: Any, attributes: Any) -> None:
-        """Slice counts and memory of a MIG device; engine and SM counts stay 0 (not in the catalog).
+        """Slice counts and memory of a MIG device; engine and SM counts stay 0 (not in the
+        catalog).
 
         nvml.h: "This API currently only supports MIG device handles."
         """

@@ -163,7 +163,10 @@ def _gpu_problem(gpu: Any, position: int) -> str | None:
         return f"{where}.held_by must list unit names"
     for n, gi in enumerate(gpu["gpu_instances"]):
         if not _shaped(gi, {**_PLACED, "profile_id": int, "compute_instances": list}):
-            return f"{where}.gpu_instances[{n}] must have id, profile_id, start, size, compute_instances"
+            return (
+                f"{where}.gpu_instances[{n}] must have id, profile_id, start, size, "
+                "compute_instances"
+            )
         for k, ci in enumerate(gi["compute_instances"]):
             if not _shaped(ci, {**_PLACED, "profile_id": int}):
                 return (
@@ -250,7 +253,8 @@ def _replace(path: str, state: State) -> None:
 def reboot(state: State) -> State:
     """Apply a host reboot: pending MIG mode becomes current, every GI and CI is gone.
 
-    MIG mode survives a reboot, MIG devices do not (mig.md (a), "Persistence"; k8s-device-plugin
+    MIG mode survives a reboot, MIG devices do not (NVIDIA MIG User Guide,
+    https://docs.nvidia.com/datacenter/tesla/mig-user-guide/; k8s-device-plugin
     #225). Processes do not survive either, so ``busy`` clears; systemd units in ``held_by``
     start again at boot and keep holding the GPU.
     """
@@ -263,7 +267,8 @@ def reboot(state: State) -> State:
 def reset_gpu(state: State, index: int) -> str | None:
     """Reset GPU ``index`` like ``nvidia-smi -r``; the reason it is refused, or None when done.
 
-    A reset is refused while any client holds the GPU (mig.md (a): "Any driver client blocks the
+    A reset is refused while any client holds the GPU (NVIDIA MIG User Guide: "Any driver client
+    blocks the
     reset"); on success the pending MIG mode becomes current and all instances are gone.
     """
     gpu = state["gpus"][index]
