@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+from gevent import monkey
 from paramiko import SSHException
 from pyinfra.api import BaseStateCallback, Config, State
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
@@ -40,6 +41,11 @@ from gpuprov.contract import SNAPSHOT_SUFFIX
 from gpuprov.facts.probe import VerifyProbe
 from gpuprov.findings import Finding
 from gpuprov.plan import HostPlan
+
+# pyinfra's API runs each host in a greenlet. As pyinfra's own CLI does (pyinfra_cli/__init__.py),
+# make blocking I/O cooperative: otherwise paramiko's blocking reads stop gevent's hub, and a host
+# whose probe hangs holds up every other host and no time limit fires.
+monkey.patch_all()
 
 Results = dict[str, list[Finding]]
 

@@ -28,6 +28,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Stable sort: fresh-host tests first, then the rest, and the tests that end the shared lab
     # after every other test of the session.
     def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("fleet"):
+            return 3  # takes the shared lab down for a lab of its own: after the lab_down tests
         if item.get_closest_marker("lab_down"):
             return 2
         return 0 if item.get_closest_marker("lab_fresh") else 1
