@@ -6,8 +6,10 @@ the simulated NVML, two A100s), plus config-manager as a unit beside the plugin,
 directory holding the data of the ConfigMap ``gpuprov kube render`` makes, as the chart's volume
 would. The label is set with kubectl in the real API server.
 
-Root only. config-manager is built with Go when missing (``kubebuild.config_manager``); when
-that fails the module is skipped saying why, except under CI, where that is a failure.
+Root only. config-manager comes from ``kubebuild.config_manager`` (built with Go from the module
+proxy, cached) or, when the proxy does not have it, from ``shared/bin/config-manager.xz``
+(tests/upstream.py); without either the label test is skipped saying why, except under CI,
+where that is a failure. docs/kubernetes.md says why the proxy does not have it here.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from test_kubelet_in_container import (
     _ready,
     _wait_for,
 )
-from upstream import upstream_binary
+from upstream import shared_bin, upstream_binary
 
 from gpuprov.contract import (
     DEVICE_PLUGIN_CONFIG_LABEL,
@@ -68,6 +70,12 @@ TIMINGS: dict[str, float] = {}
 
 @pytest.fixture(scope="module")
 def binary() -> Path:
+    """The built config-manager, else shared/bin's (README there), else one built now."""
+    if (
+        not kubebuild.config_manager_binary().is_file()
+        and (shared_bin() / "config-manager.xz").is_file()
+    ):
+        return upstream_binary("config-manager")
     try:
         return kubebuild.config_manager()
     except LabError as e:
