@@ -45,7 +45,7 @@ from gpuprov.contract import (
 from gpuprov.inventory import load
 from gpuprov.kube.manifests import render
 from gpuprov.lab import base as lab_base
-from gpuprov.lab import config_manager, device_plugin, kubebuild, kubelet
+from gpuprov.lab import device_plugin, kubebuild, kubelet
 from gpuprov.lab.controlplane import ControlPlane, node_identity
 from gpuprov.lab.errors import LabError
 from gpuprov.plan import build
@@ -111,7 +111,9 @@ def host(plane: ControlPlane, binary: Path, configs: dict[str, str]) -> Iterator
         device_plugin.install(
             host.root, upstream_binary("nvidia-device-plugin"), libnvml.library(), mig_minors(GPUS)
         )
-        config_manager.install(host.root, binary, NODE, configs, DEVICE_PLUGIN_DEFAULT_CONFIG)
+        device_plugin.install_config_manager(
+            host.root, binary, NODE, configs, DEVICE_PLUGIN_DEFAULT_CONFIG
+        )
         state.write_new(
             str(host.root / SIM_STATE_PATH.lstrip("/")),
             state.new_state("A100-80GB", GPUS, seed=NODE),
@@ -144,12 +146,12 @@ def test_the_node_label_selects_the_config_and_a_new_label_switches_the_allocata
         lambda n: _allocatable(n, "nvidia.com/gpu.shared") == str(GPUS * 4),
         ADVERTISE_TIMEOUT,
         host,
-        Path(config_manager.UNIT).name,
+        Path(device_plugin.CONFIG_MANAGER_UNIT).name,
     )
     TIMINGS["label shared-r4 to 8 nvidia.com/gpu.shared"] = time.monotonic() - labelled
     assert _allocatable(node, "nvidia.com/gpu") in (None, "0")  # renamed: .shared only
     link = host.run("readlink", DEVICE_PLUGIN_CONFIG_PATH).stdout.strip()
-    assert link == f"{config_manager.CONFIG_DIR}/shared-r4"  # what config-manager links
+    assert link == f"{device_plugin.CONFIG_DIR}/shared-r4"  # what config-manager links
 
     label(plane, DEVICE_PLUGIN_DEFAULT_CONFIG)
     switched = time.monotonic()
@@ -158,7 +160,7 @@ def test_the_node_label_selects_the_config_and_a_new_label_switches_the_allocata
         lambda n: _allocatable(n, "nvidia.com/gpu") == str(GPUS),
         ADVERTISE_TIMEOUT,
         host,
-        Path(config_manager.UNIT).name,
+        Path(device_plugin.CONFIG_MANAGER_UNIT).name,
     )
     TIMINGS["label whole to 2 nvidia.com/gpu"] = time.monotonic() - switched
     # The replaced resource stays listed with nothing allocatable until the kubelet forgets it.
