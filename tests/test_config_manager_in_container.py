@@ -139,6 +139,14 @@ def test_rendered_configmap_holds_the_two_configs_the_label_switches_between(con
 
 
 def test_the_node_label_selects_the_config_and_a_new_label_switches_the_allocatable(plane, host):
+    # Unlabelled: --default-config, whole cards.
+    _wait_for(
+        plane,
+        lambda n: _allocatable(n, "nvidia.com/gpu") == str(GPUS),
+        ADVERTISE_TIMEOUT,
+        host,
+        "nvidia-device-plugin.service",
+    )
     label(plane, "shared-r4")
     labelled = time.monotonic()
     node = _wait_for(

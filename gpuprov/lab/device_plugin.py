@@ -90,6 +90,7 @@ def install(root: Path, plugin: Path, library: Path, mig_minors: str) -> None:
 # service account with the same rights on nodes.
 CONFIG_MANAGER = "/usr/local/bin/config-manager"
 CONFIG_MANAGER_UNIT = "/etc/systemd/system/nvidia-device-plugin-config-manager.service"
+CONFIG_MANAGER_INIT_DROP_IN = "config-manager-init.conf"  # in the plugin unit's .d directory
 CONFIG_DIR = "/etc/gpuprov-lab/device-plugin-configs"  # the ConfigMap's data, as mounted
 
 
@@ -105,9 +106,7 @@ def config_manager_unit(node: str, default_config: str) -> str:
         f"After={Path(UNIT).name}\n"
         "\n"
         "[Service]\n"
-        f"ExecStart={CONFIG_MANAGER} --kubeconfig={kubelet.KUBECONFIG} --node-name={node}"
-        f" --node-label={DEVICE_PLUGIN_CONFIG_LABEL} --config-file-srcdir={CONFIG_DIR}"
-        f" --config-file-dst={DEVICE_PLUGIN_CONFIG_PATH} --default-config={default_config}"
+        f"ExecStart={_config_manager_command(node, default_config)}"
         f" --send-signal=true --signal=1 --process-to-signal={PLUGIN}\n"
         # It exits on an error (a label naming no config, no plugin to signal yet); the chart's
         # pod restarts it, as Restart= does here.
@@ -119,16 +118,42 @@ def config_manager_unit(node: str, default_config: str) -> str:
     )
 
 
+def config_manager_init(node: str, default_config: str) -> str:
+    """A drop-in for the plugin's unit: config-manager once, before the plugin starts.
+
+    The chart's init container (``config-manager-init``: ``--oneshot``, no signal), so the
+    plugin never starts without its config file. ``--oneshot`` waits for the Node to exist.
+
+    >>> "--oneshot" in config_manager_init("node-1", "whole")
+    True
+    """
+    command = _config_manager_command(node, default_config)
+    return f"[Service]\nExecStartPre={command} --oneshot --send-signal=false\n"
+
+
+def _config_manager_command(node: str, default_config: str) -> str:
+    return (
+        f"{CONFIG_MANAGER} --kubeconfig={kubelet.KUBECONFIG} --node-name={node}"
+        f" --node-label={DEVICE_PLUGIN_CONFIG_LABEL} --config-file-srcdir={CONFIG_DIR}"
+        f" --config-file-dst={DEVICE_PLUGIN_CONFIG_PATH} --default-config={default_config}"
+    )
+
+
 def install_config_manager(
     root: Path, binary: Path, node: str, configs: dict[str, str], default_config: str
 ) -> None:
     """Put ``binary``, its unit and ``configs`` (ConfigMap key -> text) into the host ``root``.
 
     The plugin's config file is left to config-manager: it makes it a symlink into
-    ``CONFIG_DIR`` before signalling the plugin.
+    ``CONFIG_DIR`` before the plugin starts (``config_manager_init``) and whenever the label
+    changes, then signals the plugin.
     """
     kubelet.put(root, CONFIG_MANAGER, binary.read_bytes(), mode=0o755)
+    # config-manager makes the symlink, not its directory.
+    (root / DEVICE_PLUGIN_CONFIG_PATH.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
     for name, text in configs.items():
         kubelet.put(root, f"{CONFIG_DIR}/{name}", text.encode())
     kubelet.put(root, CONFIG_MANAGER_UNIT, config_manager_unit(node, default_config).encode())
     kubelet.enable(root, CONFIG_MANAGER_UNIT)
+    init = config_manager_init(node, default_config)
+    kubelet.put(root, f"{UNIT}.d/{CONFIG_MANAGER_INIT_DROP_IN}", init.encode())
