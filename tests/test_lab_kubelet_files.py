@@ -95,3 +95,28 @@ def test_device_plugin_unit_reads_gpuprovs_config_and_sees_the_mig_minors_under_
     assert library.is_file()
     link = root / "etc/systemd/system/multi-user.target.wants/nvidia-device-plugin.service"
     assert os.readlink(link) == device_plugin.UNIT
+
+
+def test_config_manager_gets_the_configmap_data_as_files_and_runs_before_and_beside_the_plugin(
+    tmp_path,
+):
+    root = tmp_path / "root"
+    (tmp_path / "config-manager").write_bytes(b"\x7fELF")
+    configs = {"whole": "version: v1\n", "shared-r4": "version: v1\nsharing: {}\n"}
+    device_plugin.install_config_manager(
+        root, tmp_path / "config-manager", "node-1", configs, "whole"
+    )
+    source = root / device_plugin.CONFIG_DIR.lstrip("/")
+    assert {p.name: p.read_text() for p in source.iterdir()} == configs
+    unit = (root / device_plugin.CONFIG_MANAGER_UNIT.lstrip("/")).read_text()
+    assert f"--config-file-dst={DEVICE_PLUGIN_CONFIG_PATH} " in unit
+    assert f"--process-to-signal={device_plugin.PLUGIN}\n" in unit  # argv[0], compared whole
+    assert "--node-name=node-1 " in unit and "--default-config=whole " in unit
+    drop_in = root / f"{device_plugin.UNIT}.d/config-manager-init.conf".lstrip("/")
+    assert "--oneshot --send-signal=false\n" in drop_in.read_text()
+    assert (root / DEVICE_PLUGIN_CONFIG_PATH.lstrip("/")).parent.is_dir()
+    assert not (root / DEVICE_PLUGIN_CONFIG_PATH.lstrip("/")).exists()  # config-manager's to make
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    assert os.readlink(wants / Path(device_plugin.CONFIG_MANAGER_UNIT).name) == (
+        device_plugin.CONFIG_MANAGER_UNIT
+    )

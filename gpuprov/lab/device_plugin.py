@@ -4,7 +4,9 @@ The plugin (v0.20.0) loads ``libnvidia-ml.so.1`` at run time; the unit points
 ``LD_LIBRARY_PATH`` at the simulated one, which reads the host's simulator state file
 (``SIM_ENV`` = ``SIM_STATE_PATH``). It reads the config file gpuprov writes
 (``DEVICE_PLUGIN_CONFIG_PATH``) and registers with the kubelet on
-``/var/lib/kubelet/device-plugins/kubelet.sock``.
+``/var/lib/kubelet/device-plugins/kubelet.sock``. NVIDIA's ``config-manager`` (the chart's
+sidecar) can run beside it and choose that config from the node's label
+(``install_config_manager``).
 
 >>> "LD_LIBRARY_PATH=/usr/local/lib/gpuprov-sim" in unit()
 True
@@ -14,7 +16,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuprov.contract import DEVICE_PLUGIN_CONFIG_PATH, KUBELET_UNIT, SIM_ENV, SIM_STATE_PATH
+from gpuprov.contract import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    DEVICE_PLUGIN_CONFIG_PATH,
+    KUBELET_UNIT,
+    SIM_ENV,
+    SIM_STATE_PATH,
+)
 from gpuprov.lab import kubelet
 
 PLUGIN = "/usr/bin/nvidia-device-plugin"  # where the base's stand-in sits
@@ -63,3 +71,89 @@ def install(root: Path, plugin: Path, library: Path, mig_minors: str) -> None:
     kubelet.put(root, f"{CAPS_DIR}/mig-minors", mig_minors.encode())
     kubelet.put(root, UNIT, unit().encode())
     kubelet.enable(root, UNIT)
+
+
+# NVIDIA's real config-manager, as the device plugin chart runs it beside the plugin: it watches its node's
+# ``nvidia.com/device-plugin.config`` label through the API server, points the plugin's config
+# file at ``<srcdir>/<label value>`` (a symlink) and sends the plugin SIGHUP, which makes the
+# plugin re-read it. Here it is a systemd unit: ``CONFIG_DIR`` holds the device plugin ConfigMap's
+# data, one file per key, as the chart's ConfigMap volume would; the plugin's config file
+# (``DEVICE_PLUGIN_CONFIG_PATH``) is the symlink it manages.
+#
+# Flags and their meaning: ``cmd/config-manager/main.go`` of NVIDIA/k8s-device-plugin
+# (https://github.com/NVIDIA/k8s-device-plugin/blob/v0.20.0/cmd/config-manager/main.go).
+# It finds the process to signal by comparing each process's ``argv[0]`` with
+# ``--process-to-signal`` (its ``findPidToSignal``), so that is the plugin unit's ``ExecStart``
+# path, not a bare name. It reads the Node with the node's own kubeconfig (the kubelet's): the
+# Node authorizer lets a node get, list and watch its own Node object, which is all
+# config-manager does (a watch with ``fieldSelector=metadata.name=<node>``); the chart gives it a
+# service account with the same rights on nodes.
+CONFIG_MANAGER = "/usr/local/bin/config-manager"
+CONFIG_MANAGER_UNIT = "/etc/systemd/system/nvidia-device-plugin-config-manager.service"
+CONFIG_MANAGER_INIT_DROP_IN = "config-manager-init.conf"  # in the plugin unit's .d directory
+CONFIG_DIR = "/etc/gpuprov-lab/device-plugin-configs"  # the ConfigMap's data, as mounted
+
+
+def config_manager_unit(node: str, default_config: str) -> str:
+    """The config-manager's systemd unit for ``node``; ``default_config`` when unlabelled.
+
+    >>> "--node-label=nvidia.com/device-plugin.config" in config_manager_unit("node-1", "whole")
+    True
+    """
+    return (
+        "[Unit]\n"
+        "Description=NVIDIA device plugin config-manager (real)\n"
+        f"After={Path(UNIT).name}\n"
+        "\n"
+        "[Service]\n"
+        f"ExecStart={_config_manager_command(node, default_config)}"
+        f" --send-signal=true --signal=1 --process-to-signal={PLUGIN}\n"
+        # It exits on an error (a label naming no config, no plugin to signal yet); the chart's
+        # pod restarts it, as Restart= does here.
+        "Restart=always\n"
+        "RestartSec=2\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def config_manager_init(node: str, default_config: str) -> str:
+    """A drop-in for the plugin's unit: config-manager once, before the plugin starts.
+
+    The chart's init container (``config-manager-init``: ``--oneshot``, no signal), so the
+    plugin never starts without its config file. ``--oneshot`` waits for the Node to exist.
+
+    >>> "--oneshot" in config_manager_init("node-1", "whole")
+    True
+    """
+    command = _config_manager_command(node, default_config)
+    return f"[Service]\nExecStartPre={command} --oneshot --send-signal=false\n"
+
+
+def _config_manager_command(node: str, default_config: str) -> str:
+    return (
+        f"{CONFIG_MANAGER} --kubeconfig={kubelet.KUBECONFIG} --node-name={node}"
+        f" --node-label={DEVICE_PLUGIN_CONFIG_LABEL} --config-file-srcdir={CONFIG_DIR}"
+        f" --config-file-dst={DEVICE_PLUGIN_CONFIG_PATH} --default-config={default_config}"
+    )
+
+
+def install_config_manager(
+    root: Path, binary: Path, node: str, configs: dict[str, str], default_config: str
+) -> None:
+    """Put ``binary``, its unit and ``configs`` (ConfigMap key -> text) into the host ``root``.
+
+    The plugin's config file is left to config-manager: it makes it a symlink into
+    ``CONFIG_DIR`` before the plugin starts (``config_manager_init``) and whenever the label
+    changes, then signals the plugin.
+    """
+    kubelet.put(root, CONFIG_MANAGER, binary.read_bytes(), mode=0o755)
+    # config-manager makes the symlink, not its directory.
+    (root / DEVICE_PLUGIN_CONFIG_PATH.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    for name, text in configs.items():
+        kubelet.put(root, f"{CONFIG_DIR}/{name}", text.encode())
+    kubelet.put(root, CONFIG_MANAGER_UNIT, config_manager_unit(node, default_config).encode())
+    kubelet.enable(root, CONFIG_MANAGER_UNIT)
+    init = config_manager_init(node, default_config)
+    kubelet.put(root, f"{UNIT}.d/{CONFIG_MANAGER_INIT_DROP_IN}", init.encode())

@@ -28,6 +28,9 @@ from gpuprov.lab.errors import LabError
 KUBERNETES_VERSION = "1.34.4"
 ETCD_VERSION = "3.6.16"
 KUBERNETES_COMMANDS = ("kube-apiserver", "kubelet", "kubectl")
+# NVIDIA's config-manager (the device plugin chart's sidecar), at the plugin's own release.
+CONFIG_MANAGER_MODULE = "github.com/NVIDIA/k8s-device-plugin"
+CONFIG_MANAGER_VERSION = "0.20.0"
 CACHE = Path("/var/tmp")
 # The staging modules of k8s.io/kubernetes 1.34 (its go.mod `replace` block), each published as
 # k8s.io/<name> at v0.<minor>.<patch>.
@@ -82,6 +85,33 @@ def ensure(log=sys.stderr) -> dict[str, Path]:
         _build_etcd(cache_dir() / "etcd")
     print(f"built in {time.monotonic() - started:.0f} s", file=log)
     return wanted
+
+
+def config_manager_binary() -> Path:
+    """Where the built config-manager of ``CONFIG_MANAGER_VERSION`` lives (built or not)."""
+    return CACHE / "gpuprov-bin" / f"config-manager-v{CONFIG_MANAGER_VERSION}"
+
+
+def config_manager(log=sys.stderr) -> Path:
+    """NVIDIA's ``cmd/config-manager``, built from the module proxy first when missing.
+
+    Raises LabError with Go's own words when the build fails: here the Go module proxy answers
+    ``403 Forbidden ... This module version is not available.`` for every version of
+    ``github.com/NVIDIA/k8s-device-plugin`` (docs/kubernetes.md).
+    """
+    binary = config_manager_binary()
+    if binary.is_file():
+        return binary
+    module = CACHE / f"gpuprov-config-manager-{CONFIG_MANAGER_VERSION}"
+    print(f"building config-manager v{CONFIG_MANAGER_VERSION} in {module}", file=log)
+    _module(module, "gpuprov.invalid/configmanagerbuild")
+    _go(module, "get", f"{CONFIG_MANAGER_MODULE}@v{CONFIG_MANAGER_VERSION}")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial = binary.with_name(f".{binary.name}.{os.getpid()}")
+    command = f"{CONFIG_MANAGER_MODULE}/cmd/config-manager"
+    _go(module, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), command)
+    partial.replace(binary)  # whole or not at all: a second run never finds half a binary
+    return binary
 
 
 def _go(module: Path, *args: str) -> None:
