@@ -18,13 +18,14 @@ import pytest
 from gpuprov.contract import APT_PIN_PATH
 from gpuprov.facts.packages import parse_packages
 from gpuprov.hostfiles import apt_preferences
+from gpuprov.lab.base import mirror
 from gpuprov.operations.packages import install_specs, resolution, targets
 from gpuprov.packaging.profiles import driver_packages, profile
 
 HOST = "controller"
 DEBIAN = "/usr/share/keyrings/debian-archive-keyring.gpg"
 REAL_SOURCE = (
-    "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-backports\n"
+    f"Types: deb\nURIs: {mirror()}/debian\nSuites: bookworm bookworm-backports\n"
     f"Components: main contrib non-free non-free-firmware\nSigned-By: {DEBIAN}\n"
 )
 # A private apt root on this machine: its own sources, lists, cache, preferences and an empty dpkg
