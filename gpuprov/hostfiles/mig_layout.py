@@ -138,6 +138,26 @@ def parse(raw: Any) -> MigLayout:
     return MigLayout(tuple(sorted(gpus, key=lambda g: g.index)), tuple(clients), allow_reboot)
 
 
+def leftover(plan: HostPlan, path: str, found: object) -> list[Finding]:
+    """The finding for a MIG-host file (``path``, read as ``found``) on a host outside ``mig``.
+
+    >>> leftover(plan, MIG_LAYOUT_PATH, None)                   # doctest: +SKIP
+    []
+    """
+    if found is None:
+        return []
+    return [
+        Finding(
+            plan.name,
+            None,
+            "leftover",
+            f"no {path} (not a MIG host)",
+            "present",
+            "run the deploy (it disables the boot unit and removes the file)",
+        )
+    ]
+
+
 def check(plan: HostPlan, files: dict[str, Any]) -> list[Finding]:
     """Findings for the layout file a host has (``files`` as the probe read them).
 
@@ -147,18 +167,7 @@ def check(plan: HostPlan, files: dict[str, Any]) -> list[Finding]:
     text = files.get(MIG_LAYOUT_PATH)
     host = plan.name
     if plan.mode != "mig":
-        if text is None:
-            return []
-        return [
-            Finding(
-                host,
-                None,
-                "leftover",
-                f"no {MIG_LAYOUT_PATH} (not a MIG host)",
-                "present",
-                "run the deploy (it disables the boot unit and removes the file)",
-            )
-        ]
+        return leftover(plan, MIG_LAYOUT_PATH, text)
     hint = "run the deploy (the boot unit would apply the old layout)"
     if text is None:
         # Not written yet (the deploy has not run the MIG step); the MIG state itself is compared

@@ -17,6 +17,7 @@ from gpuprov.contract import MIG_LAYOUT_PATH, MIG_UNIT, MIG_UNIT_PATH
 from gpuprov.deploys.render import render as render_template
 from gpuprov.findings import Finding
 from gpuprov.hostfiles import Wanted
+from gpuprov.hostfiles.mig_layout import leftover
 
 if TYPE_CHECKING:
     from gpuprov.plan import HostPlan
@@ -63,18 +64,7 @@ def check(plan: HostPlan, files: dict[str, object]) -> list[Finding]:
     found = files.get(MIG_UNIT_PATH)
     host = plan.name
     if plan.mode != "mig":
-        if found is None:
-            return []
-        return [
-            Finding(
-                host,
-                None,
-                "leftover",
-                f"no {MIG_UNIT_PATH} (not a MIG host)",
-                "present",
-                "run the deploy (it disables the boot unit and removes the file)",
-            )
-        ]
+        return leftover(plan, MIG_UNIT_PATH, found)
     hint = f"run the deploy (it rewrites {MIG_UNIT} as planned)"
     if found is None:
         return []  # not written yet: as for the layout file (mig_layout.check)
