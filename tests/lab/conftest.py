@@ -22,13 +22,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "lab_down: takes the shared lab down; runs last")
     config.addinivalue_line("markers", "fleet: starts a 16-host lab of its own (minutes)")
+    config.addinivalue_line(
+        "markers", "own_lab: replaces the shared lab with one of its own; runs after lab_down"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Stable sort: fresh-host tests first, then the rest, and the tests that end the shared lab
     # after every other test of the session.
     def rank(item: pytest.Item) -> int:
-        if item.get_closest_marker("fleet"):
+        if item.get_closest_marker("own_lab"):
             return 3  # takes the shared lab down for a lab of its own: after the lab_down tests
         if item.get_closest_marker("lab_down"):
             return 2

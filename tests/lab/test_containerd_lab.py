@@ -25,7 +25,7 @@ from gpuprov.lab.spec import default_spec
 from gpuprov.lab.testing import Lab
 from tests.containerd_binaries import HOW_TO, UPSTREAM_XZ, upstream_containerd
 
-pytestmark = [pytest.mark.lab, pytest.mark.lab_down]
+pytestmark = [pytest.mark.lab, pytest.mark.lab_down, pytest.mark.own_lab]
 
 MAIN = "/etc/containerd/config.toml"
 DEBIAN, UPSTREAM = "lab-a100-01", "lab-h100-01"

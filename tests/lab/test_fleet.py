@@ -16,7 +16,7 @@ from gpuprov.lab import lifecycle
 from gpuprov.lab.rundir import RunDir, default_dir
 from gpuprov.lab.testing import Lab
 
-pytestmark = [pytest.mark.lab, pytest.mark.lab_down, pytest.mark.fleet]
+pytestmark = [pytest.mark.lab, pytest.mark.lab_down, pytest.mark.own_lab, pytest.mark.fleet]
 
 FLEET = 16
 RUNS = 3
