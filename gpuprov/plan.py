@@ -389,3 +389,18 @@ def _resources(
             out[GPU_RESOURCE] += 1
     # A GPU with MIG on and no instances advertises nothing.
     return {k: v for k, v in sorted(out.items()) if v}
+
+
+def index_ranges(indices: list[int], separator: str = ",") -> str:
+    """GPU indices as runs of consecutive ones.
+
+    >>> index_ranges([0, 1, 2, 5]), index_ranges([0, 2, 3], ".")
+    ('0-2,5', '0.2-3')
+    """
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return separator.join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)

@@ -77,7 +77,7 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
         )
     click.echo(table(rows, ["host", "mode", "gpus", "slicing", "maxPods", "resources"]))
     layouts = [
-        [host.name, f"GPU {_ranges(ix)}", text]
+        [host.name, f"GPU {plan_.index_ranges(ix)}", text]
         for host in cluster.hosts
         for text, ix in _layouts(host).items()
     ]
@@ -104,14 +104,3 @@ def _layouts(host: plan_.HostPlan) -> dict[str, list[int]]:
                 text = "MIG on, no instances"
             groups.setdefault(text, []).append(gpu.index)
     return groups
-
-
-def _ranges(indices: list[int]) -> str:
-    """GPU indices as ranges: [0, 1, 2, 5] -> '0-2,5'."""
-    runs: list[list[int]] = []
-    for index in indices:
-        if runs and index == runs[-1][-1] + 1:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)

@@ -29,7 +29,7 @@ from gpuprov.contract import MIG_DISABLED_CONFIG, MIG_PARTED_CONFIG_VERSION
 from gpuprov.errors import InputError, Problem
 from gpuprov.mig.instance import Instance
 from gpuprov.mig.solver import solve
-from gpuprov.plan import HostPlan
+from gpuprov.plan import HostPlan, index_ranges
 
 PLACEMENT_WARNING = (
     "mig-parted cannot express placements: the MIG manager lets the driver choose each "
@@ -121,23 +121,13 @@ def _config_name(host: HostPlan, groups: list[tuple[dict[str, int], list]]) -> s
         return MIG_DISABLED_CONFIG
     parts = []
     for layout, indices in groups:
-        where = "all" if indices == ["all"] else "gpu" + _ranges(indices)
+        where = "all" if indices == ["all"] else "gpu" + index_ranges(indices, ".")
         parts.append(f"{where}-{layout_label(layout) or 'disabled'}")
     name = "_".join(parts)
     if _LABEL_VALUE.fullmatch(name):
         return name
     digest = hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:10]
     return f"gpuprov-{digest}"
-
-
-def _ranges(indices: list[int]) -> str:
-    runs: list[list[int]] = []
-    for index in indices:
-        if runs and index == runs[-1][-1] + 1:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    return ".".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
 
 
 def _largest_first(item: tuple[str, int]) -> tuple:
