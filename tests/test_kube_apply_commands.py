@@ -20,6 +20,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpuprov.cli import main
+from gpuprov.lab import kubebuild
 from inventories import write_inventory
 
 FAKE_KUBECTL = f"""\
@@ -282,10 +283,20 @@ def test_the_cluster_refusing_is_exit_1_with_kubectls_reason(kubectl, setup, mon
     assert "error: listing nodes failed: the API server is unreachable" in result.output
 
 
-real_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
+@pytest.fixture
+def real_kubectl(monkeypatch):
+    """The pinned kubectl the lab builds (gpuprov.lab.kubebuild) first on PATH, built if missing;
+    a machine without it and without Go falls back to its own kubectl."""
+    binaries = kubebuild.binaries()
+    if not binaries["kubectl"].is_file() and shutil.which("go"):
+        binaries = kubebuild.ensure()
+    if binaries["kubectl"].is_file():
+        monkeypatch.setenv("PATH", f"{binaries['kubectl'].parent}{os.pathsep}{os.environ['PATH']}")
+    elif shutil.which("kubectl") is None:
+        pytest.fail("no kubectl: neither built (no Go) nor on PATH")
 
 
-@real_kubectl
+@pytest.mark.usefixtures("real_kubectl")
 @pytest.mark.parametrize(
     "text, message",
     [
