@@ -149,15 +149,15 @@ VGPU_FLAVOURS = ("hami", "volcano")
 # (https://github.com/Project-HAMi/HAMi/blob/06e9e80522e7077658a6bcd290df390d18a0217e/charts/hami/values.yaml);
 # Volcano's `resourceCountName`/`resourceMemoryName`/`resourceCoreName`
 # (https://github.com/Project-HAMi/volcano-vgpu-device-plugin/blob/422418665d03b06dc54a2aa511f511b462258852/doc/config.md).
-HAMI_RESOURCES = {
-    "count": GPU_RESOURCE,
-    "memory": "nvidia.com/gpumem",
-    "cores": "nvidia.com/gpucores",
-}
-VOLCANO_RESOURCES = {
-    "count": "volcano.sh/vgpu-number",
-    "memory": "volcano.sh/vgpu-memory",
-    "cores": "volcano.sh/vgpu-cores",
+HAMI_MEMORY_RESOURCE = "nvidia.com/gpumem"  # MiB
+HAMI_CORES_RESOURCE = "nvidia.com/gpucores"  # percent of a GPU
+VOLCANO_COUNT_RESOURCE = "volcano.sh/vgpu-number"
+VOLCANO_MEMORY_RESOURCE = "volcano.sh/vgpu-memory"  # units of the memory factor's MiB
+VOLCANO_CORES_RESOURCE = "volcano.sh/vgpu-cores"
+# flavour -> its (count, memory, cores) resource names
+VGPU_RESOURCES = {
+    "hami": (GPU_RESOURCE, HAMI_MEMORY_RESOURCE, HAMI_CORES_RESOURCE),
+    "volcano": (VOLCANO_COUNT_RESOURCE, VOLCANO_MEMORY_RESOURCE, VOLCANO_CORES_RESOURCE),
 }
 VGPU_CORES_PER_GPU = 100  # both count a GPU's cores as 100 percent
 VGPU_OPERATING_MODE = "hami-core"  # the node config's `operatingmode` (the other one is `mig`)

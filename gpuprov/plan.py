@@ -21,10 +21,12 @@ from typing import Any
 from gpuprov import catalog
 from gpuprov.contract import (
     GPU_RESOURCE,
+    HAMI_MEMORY_RESOURCE,
     KUBELET_DEFAULT_MAX_PODS,
     MIG_RESOURCE_PREFIX,
     MODES,
     PLAN_SCHEMA,
+    VOLCANO_MEMORY_RESOURCE,
 )
 from gpuprov.errors import InputError, Problem, merged, shown
 from gpuprov.inventory_data import InventoryData, InventoryHost
@@ -375,14 +377,14 @@ class _HostPlanner:
             )
         if flavour == "hami" and "vgpu_memory_factor" in self.host.data:
             self.problem(
-                "only the volcano flavour reads a memory factor (HAMi counts nvidia.com/gpumem "
-                "in MiB); remove it or set vgpu_flavour: volcano",
+                f"only the volcano flavour reads a memory factor (HAMi counts "
+                f"{HAMI_MEMORY_RESOURCE} in MiB); remove it or set vgpu_flavour: volcano",
                 key="vgpu_memory_factor",
             )
         elif factor > model.memory_mib:
             self.problem(
                 f"must be at most the memory of one {model.alias} ({model.memory_mib} MiB), "
-                f"or it advertises no volcano.sh/vgpu-memory; got {factor}",
+                f"or it advertises no {VOLCANO_MEMORY_RESOURCE}; got {factor}",
                 key="vgpu_memory_factor",
             )
         if self.problems:

@@ -32,6 +32,7 @@ from gpuprov.contract import (
     POOL_LABEL,
     VGPU_FLAVOUR_LABEL,
     VGPU_FLAVOURS,
+    VGPU_RESOURCES,
 )
 from gpuprov.errors import has_control, shown
 from gpuprov.packaging.profiles import driver_version, profiles
@@ -496,14 +497,19 @@ def _ratio(value: Any) -> float | int:
     return value
 
 
+def _names(names: tuple[str, ...]) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
 _VARIABLES += [
     Variable(
         "vgpu_flavour",
         NOT_SET,
-        "Who schedules the vGPU shares: `hami` (HAMi's scheduler; `nvidia.com/gpu`, "
-        "`nvidia.com/gpumem`, `nvidia.com/gpucores`) or `volcano` (Volcano's deviceshare plugin; "
-        "`volcano.sh/vgpu-number`, `volcano.sh/vgpu-memory`, `volcano.sh/vgpu-cores`). "
-        "Required in `vgpu`.",
+        "Who schedules the vGPU shares: `hami` (HAMi's scheduler; "
+        + _names(VGPU_RESOURCES["hami"])
+        + ") or `volcano` (Volcano's deviceshare plugin; "
+        + _names(VGPU_RESOURCES["volcano"])
+        + "). Required in `vgpu`.",
         _choice(*VGPU_FLAVOURS),
         modes=("vgpu",),
     ),
@@ -535,7 +541,7 @@ _VARIABLES += [
     Variable(
         "vgpu_memory_factor",
         1,
-        "Volcano only: MiB per `volcano.sh/vgpu-memory` unit (`gpuMemoryFactor`, the plugin's "
+        f"Volcano only: MiB per `{VGPU_RESOURCES['volcano'][1]}` unit (`gpuMemoryFactor`, the plugin's "
         "`--gpu-memory-factor`), 1 or more and at most the GPU's memory; one value for the "
         "whole cluster.",
         _int(1, VGPU_MEMORY_FACTOR_MAX, "no GPU has a TiB of memory"),

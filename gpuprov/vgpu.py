@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuprov.contract import HAMI_RESOURCES, VGPU_CORES_PER_GPU, VOLCANO_RESOURCES
+from gpuprov.contract import VGPU_CORES_PER_GPU, VGPU_RESOURCES
 
 
 @dataclass(frozen=True)
@@ -55,18 +55,18 @@ class Vgpu:
     ) -> Vgpu:
         """The shares of ``gpu_count`` GPUs of ``memory_mib`` each (the plugins read each GPU's
         total memory from NVML; the catalog's figure stands for it)."""
-        names = HAMI_RESOURCES if flavour == "hami" else VOLCANO_RESOURCES
+        count_name, memory_name, cores_name = VGPU_RESOURCES[flavour]
         count = gpu_count * split_count
         if flavour == "hami":
             # The plugin truncates the scaled values to whole MiB and percent per GPU.
             memory = gpu_count * int(memory_mib * memory_scaling)
             cores = gpu_count * int(VGPU_CORES_PER_GPU * core_scaling)
-            allocatable = {names["count"]: count}
+            allocatable = {count_name: count}
         else:
             memory = gpu_count * (memory_mib // memory_factor)
             cores = gpu_count * VGPU_CORES_PER_GPU
-            allocatable = {names["count"]: count, names["memory"]: memory, names["cores"]: cores}
-        advertised = {names["count"]: count, names["memory"]: memory, names["cores"]: cores}
+            allocatable = {count_name: count, memory_name: memory, cores_name: cores}
+        advertised = {count_name: count, memory_name: memory, cores_name: cores}
         return cls(
             flavour,
             split_count,

@@ -21,9 +21,8 @@ from typing import Any
 from gpuprov.contract import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_RESOURCE,
-    HAMI_RESOURCES,
     MIG_RESOURCE_PREFIX,
-    VOLCANO_RESOURCES,
+    VGPU_RESOURCES,
 )
 from gpuprov.findings import Finding
 from gpuprov.kube.manifests import NodeState
@@ -61,7 +60,7 @@ def count(quantity: Any) -> int | None:
     return int(match[1]) * _SUFFIX[match[2]] if match else None
 
 
-_VGPU_RESOURCES = frozenset(HAMI_RESOURCES.values()) | frozenset(VOLCANO_RESOURCES.values())
+_VGPU_RESOURCES = frozenset(name for names in VGPU_RESOURCES.values() for name in names)
 
 
 def is_gpu_resource(name: str) -> bool:

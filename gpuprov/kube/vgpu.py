@@ -28,6 +28,7 @@ from gpuprov.contract import (
     VGPU_FLAVOUR_LABEL,
     VGPU_NODE_CONFIGMAP_KEY,
     VGPU_OPERATING_MODE,
+    VOLCANO_COUNT_RESOURCE,
     VOLCANO_NODE_CONFIGMAP,
 )
 from gpuprov.kube.helm import tolerations
@@ -122,7 +123,7 @@ def chart_values(
         if len(splits) > 1:
             warnings.append(
                 f"volcano hosts plan split counts {', '.join(map(str, splits))}: Volcano's "
-                "plugin registers volcano.sh/vgpu-number from its one --device-split-count flag, "
+                f"plugin registers {VOLCANO_COUNT_RESOURCE} from its one --device-split-count flag, "
                 "so nodes planned with another count will show a different number in verify"
             )
     return values, warnings
