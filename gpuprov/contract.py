@@ -140,7 +140,40 @@ MIG_PARTED_CONFIG_VERSION = "v1"  # mig-parted api/spec/v1
 MIG_DISABLED_CONFIG = "all-disabled"  # mig-parted's conventional name
 
 # --- Modes ----------------------------------------------------------------------------------------
-MODES = ("shared", "mig", "whole_card")
+MODES = ("shared", "mig", "whole_card", "vgpu")
+
+# --- vGPU (HAMi-core, scheduled by HAMi or by Volcano; docs/vgpu.md) -----------------------------
+VGPU_FLAVOURS = ("hami", "volcano")
+# What each flavour's device plugin registers with the kubelet, and what its scheduler counts:
+# HAMi chart values.yaml `resourceName`/`resourceMem`/`resourceCores`
+# (https://github.com/Project-HAMi/HAMi/blob/06e9e80522e7077658a6bcd290df390d18a0217e/charts/hami/values.yaml);
+# Volcano's `resourceCountName`/`resourceMemoryName`/`resourceCoreName`
+# (https://github.com/Project-HAMi/volcano-vgpu-device-plugin/blob/422418665d03b06dc54a2aa511f511b462258852/doc/config.md).
+HAMI_MEMORY_RESOURCE = "nvidia.com/gpumem"  # MiB
+HAMI_CORES_RESOURCE = "nvidia.com/gpucores"  # percent of a GPU
+VOLCANO_COUNT_RESOURCE = "volcano.sh/vgpu-number"
+VOLCANO_MEMORY_RESOURCE = "volcano.sh/vgpu-memory"  # units of the memory factor's MiB
+VOLCANO_CORES_RESOURCE = "volcano.sh/vgpu-cores"
+# flavour -> its (count, memory, cores) resource names
+VGPU_RESOURCES = {
+    "hami": (GPU_RESOURCE, HAMI_MEMORY_RESOURCE, HAMI_CORES_RESOURCE),
+    "volcano": (VOLCANO_COUNT_RESOURCE, VOLCANO_MEMORY_RESOURCE, VOLCANO_CORES_RESOURCE),
+}
+VGPU_CORES_PER_GPU = 100  # both count a GPU's cores as 100 percent
+VGPU_OPERATING_MODE = "hami-core"  # the node config's `operatingmode` (the other one is `mig`)
+# The label HAMi's device plugin DaemonSet selects (chart `devicePlugin.nvidiaNodeSelector`).
+HAMI_NODE_LABEL = ("gpu", "on")
+VGPU_FLAVOUR_LABEL = f"{KUBE_LABEL_DOMAIN}/vgpu"  # gpuprov's own: value = the flavour
+# The per-node config each flavour's device plugin reads (key config.json, `nodeconfig` list):
+# HAMi reads the ConfigMap its chart's `devicePlugin.nodeConfiguration.externalConfigName` names;
+# Volcano's plugin reads `volcano-vgpu-node-config` by name.
+HAMI_NODE_CONFIGMAP = "gpuprov-hami-node-config"
+VOLCANO_NODE_CONFIGMAP = "volcano-vgpu-node-config"
+VGPU_NODE_CONFIGMAP_KEY = "config.json"
+VGPU_NAMESPACE = "kube-system"  # where both charts install by default
+# The GPU Operator's gate for its device plugin on a node: "false" keeps NVIDIA's plugin off a
+# vgpu node, which would otherwise advertise the same GPUs a second time.
+OPERATOR_DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 
 # --- The probe ------------------------------------------------------------------------------------
 # The most the probe reads of one file: every file gpuprov checks is a few KiB. A file that is

@@ -21,10 +21,12 @@ from typing import Any
 from gpuprov import catalog
 from gpuprov.contract import (
     GPU_RESOURCE,
+    HAMI_MEMORY_RESOURCE,
     KUBELET_DEFAULT_MAX_PODS,
     MIG_RESOURCE_PREFIX,
     MODES,
     PLAN_SCHEMA,
+    VOLCANO_MEMORY_RESOURCE,
 )
 from gpuprov.errors import InputError, Problem, merged, shown
 from gpuprov.inventory_data import InventoryData, InventoryHost
@@ -37,6 +39,7 @@ from gpuprov.variables import (
     VARIABLES,
     suggest,
 )
+from gpuprov.vgpu import Vgpu
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class GpuPlan:
     mig_enabled: bool
     layout: dict[str, int]
     instances: tuple[Instance, ...]
-    replicas: int  # 1 unless time-sliced
+    replicas: int  # pods that may share it: 1 unless time-sliced or split into vGPUs
 
     def as_dict(self) -> dict:
         return {
@@ -92,6 +95,7 @@ class HostPlan:
     mig_strategy: str | None
     time_slicing: TimeSlicing | None
     settings: dict[str, Any] = field(compare=False)
+    vgpu: Vgpu | None = None  # the HAMi-core shares of a host in `vgpu`
 
     def as_dict(self) -> dict:
         return {
@@ -104,6 +108,7 @@ class HostPlan:
             "container_runtime": self.container_runtime,
             "mig_strategy": self.mig_strategy,
             "time_slicing": self.time_slicing.as_dict() if self.time_slicing else None,
+            "vgpu": self.vgpu.as_dict() if self.vgpu else None,
             "kubelet_max_pods": self.kubelet_max_pods,
             "resources": self.resources,
             "gpus": [g.as_dict() for g in self.gpus],
@@ -127,12 +132,22 @@ class ClusterPlan:
             total.update(h.resources)
         return dict(sorted(total.items()))
 
+    @property
+    def vgpu_totals(self) -> dict[str, int]:
+        """Cluster-wide vGPU shares, memory and cores, as each flavour's scheduler counts them."""
+        total: Counter[str] = Counter()
+        for h in self.hosts:
+            if h.vgpu:
+                total.update(h.vgpu.advertised)
+        return dict(sorted(total.items()))
+
     def as_dict(self) -> dict:
         return {
             "schema": PLAN_SCHEMA,
             "inventory": self.inventory,
             "hosts": [h.as_dict() for h in self.hosts],
             "totals": self.totals,
+            "vgpu_totals": self.vgpu_totals,
         }
 
 
@@ -161,6 +176,7 @@ def build(
         problems += (dataclasses.replace(p, host=host.name) for p in kind_problems)
         if plan is not None:
             hosts.append(dataclasses.replace(plan, name=host.name))
+    problems += _one_volcano_memory_factor(inventory.path, hosts)
     if problems:
         raise InputError(merged(problems))
     if not hosts:  # an empty plan would read as "all is well"
@@ -172,6 +188,26 @@ def build(
         )
         raise InputError([Problem(inventory.path, f"{nothing}: nothing to plan")])
     return ClusterPlan(inventory.path, tuple(hosts))
+
+
+def _one_volcano_memory_factor(path: str, hosts: list[HostPlan]) -> list[Problem]:
+    """Volcano's memory factor is one flag of its device plugin's DaemonSet and one key of its
+    scheduler's device config, so every volcano host must plan the same one."""
+    by_factor: dict[int, list[str]] = {}
+    for host in hosts:
+        if host.vgpu and host.vgpu.flavour == "volcano":
+            by_factor.setdefault(host.vgpu.memory_factor, []).append(host.name)
+    if len(by_factor) < 2:
+        return []
+    parts = "; ".join(f"{f} on {', '.join(names)}" for f, names in sorted(by_factor.items()))
+    return [
+        Problem(
+            path,
+            f"volcano hosts differ ({parts}); Volcano's device plugin and scheduler read one "
+            "memory factor for the whole cluster",
+            key="vgpu_memory_factor",
+        )
+    ]
 
 
 def _fingerprint(host: InventoryHost) -> str:
@@ -223,11 +259,17 @@ class _HostPlanner:
             return None
         model = catalog.find_model(settings["gpu_model"])
         count = settings["gpu_count"]
+        vgpu = self.vgpu(model, count, settings) if mode == "vgpu" else None
         if mode == "mig":
             gpus = self.mig_gpus(model, count, settings)
         else:
-            replicas = settings["time_slicing_replicas"] if mode == "shared" else 1
-            gpus = tuple(GpuPlan(i, model.alias, False, {}, (), replicas) for i in range(count))
+            shares = {
+                "shared": settings.get("time_slicing_replicas"),
+                "vgpu": vgpu and vgpu.split_count,
+            }
+            gpus = tuple(
+                GpuPlan(i, model.alias, False, {}, (), shares.get(mode) or 1) for i in range(count)
+            )
         if self.problems:
             return None
         time_slicing = None
@@ -237,7 +279,11 @@ class _HostPlanner:
                 settings["time_slicing_rename"],
                 settings["time_slicing_fail_requests_greater_than_one"],
             )
-        resources = _resources(mode, gpus, time_slicing, settings["mig_strategy"])
+        resources = (
+            dict(vgpu.allocatable)
+            if vgpu
+            else _resources(mode, gpus, time_slicing, settings["mig_strategy"])
+        )
         max_pods = settings["kubelet_max_pods"]
         if max_pods == "auto":
             max_pods = KUBELET_DEFAULT_MAX_PODS + sum(g.replicas for g in gpus if g.replicas > 1)
@@ -256,6 +302,7 @@ class _HostPlanner:
             mig_strategy=settings["mig_strategy"] if mode == "mig" else None,
             time_slicing=time_slicing,
             settings=settings,
+            vgpu=vgpu,
         )
 
     def unplanned(self) -> None:
@@ -315,6 +362,42 @@ class _HostPlanner:
                 key="gpu_model",
             )
         return settings
+
+    def vgpu(self, model: catalog.GpuModel, count: int, settings: dict[str, Any]) -> Vgpu | None:
+        """The host's vGPU shares, or None with problems: HAMi-core needs NVIDIA's runtime as the
+        default (both plugins and the containers they serve get the driver through it), and
+        only Volcano reads a memory factor, which must leave each GPU at least one unit."""
+        flavour = settings["vgpu_flavour"]
+        factor = settings["vgpu_memory_factor"]
+        if not settings["container_runtime_default"]:
+            self.problem(
+                "a host in vgpu needs nvidia as the default container runtime (HAMi-core is "
+                "loaded into containers the nvidia runtime starts); set it to true",
+                key="container_runtime_default",
+            )
+        if flavour == "hami" and "vgpu_memory_factor" in self.host.data:
+            self.problem(
+                f"only the volcano flavour reads a memory factor (HAMi counts "
+                f"{HAMI_MEMORY_RESOURCE} in MiB); remove it or set vgpu_flavour: volcano",
+                key="vgpu_memory_factor",
+            )
+        elif factor > model.memory_mib:
+            self.problem(
+                f"must be at most the memory of one {model.alias} ({model.memory_mib} MiB), "
+                f"or it advertises no {VOLCANO_MEMORY_RESOURCE}; got {factor}",
+                key="vgpu_memory_factor",
+            )
+        if self.problems:
+            return None
+        return Vgpu.of(
+            flavour,
+            model.memory_mib,
+            count,
+            settings["vgpu_split_count"],
+            settings["vgpu_memory_scaling"],
+            settings["vgpu_core_scaling"],
+            factor,
+        )
 
     def mig_gpus(
         self, model: catalog.GpuModel, count: int, settings: dict[str, Any]

@@ -28,7 +28,11 @@ from gpuprov.contract import (
     DEVICE_PLUGIN_CONFIG_PATH,
     KUBELET_CONFIG_PATH,
     MIG_CONFIG_LABEL,
+    OPERATOR_DEVICE_PLUGIN_LABEL,
     POOL_LABEL,
+    VGPU_FLAVOUR_LABEL,
+    VGPU_FLAVOURS,
+    VGPU_RESOURCES,
 )
 from gpuprov.errors import has_control, shown
 from gpuprov.packaging.profiles import driver_version, profiles
@@ -417,7 +421,7 @@ _VARIABLES = [
         "kubelet_max_pods",
         "auto",
         "kubelet `maxPods` (1 to 2147483647: the kubelet reads an int32), or `auto`: 110 plus "
-        "the replicas time-slicing adds.",
+        "the pods sharing adds (time-slicing replicas or vGPU shares, per GPU).",
         _max_pods,
     ),
     Variable(
@@ -465,6 +469,86 @@ _VARIABLES = [
     ),
 ]
 
+# --- vGPU (hosts in `vgpu`): HAMi-core shares, scheduled by HAMi or by Volcano (docs/vgpu.md).
+# Defaults are both charts' (HAMi charts/hami/values.yaml `devicePlugin.deviceSplitCount` etc.,
+# https://github.com/Project-HAMi/HAMi/blob/06e9e80522e7077658a6bcd290df390d18a0217e/charts/hami/values.yaml;
+# volcano-vgpu-device-plugin deployments/helm/volcano-vgpu-device-plugin/values.yaml
+# `deviceConfig.nvidia`, https://github.com/Project-HAMi/volcano-vgpu-device-plugin/blob/6fb9a0b9f3ae598ae32a15726aeaa670e14f08f8/deployments/helm/volcano-vgpu-device-plugin/values.yaml).
+# Both plugins take a node entry's split count and scalings only when > 0 (otherwise they keep
+# their defaults without a word), so 0 is refused here.
+VGPU_SPLIT_COUNT_MAX = TIME_SLICING_REPLICAS_MAX  # each share is a device the kubelet tracks
+# HAMi registers each GPU's memory (MiB x scaling) and cores (100 x scaling) as int32
+# (the node's `hami.io/node-nvidia-register` annotation); 1000 keeps the largest GPU's
+# 143771 MiB x 1000 far inside that.
+VGPU_SCALING_MAX = 1000
+# No GPU has a TiB of memory; a factor past a GPU's own memory is refused by the planner.
+VGPU_MEMORY_FACTOR_MAX = 1 << 20
+
+
+def _ratio(value: Any) -> float | int:
+    """A scaling ratio: a number > 0 and <= VGPU_SCALING_MAX (ints stay ints)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"must be a number > 0, got {shown(value)}")
+    if value > VGPU_SCALING_MAX:
+        raise ValueError(
+            f"must be <= {VGPU_SCALING_MAX} (the plugins register MiB x scaling as int32), "
+            f"got {shown(value)}"
+        )
+    return value
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
+_VARIABLES += [
+    Variable(
+        "vgpu_flavour",
+        NOT_SET,
+        "Who schedules the vGPU shares: `hami` (HAMi's scheduler; "
+        + _names(VGPU_RESOURCES["hami"])
+        + ") or `volcano` (Volcano's deviceshare plugin; "
+        + _names(VGPU_RESOURCES["volcano"])
+        + "). Required in `vgpu`.",
+        _choice(*VGPU_FLAVOURS),
+        modes=("vgpu",),
+    ),
+    Variable(
+        "vgpu_split_count",
+        10,
+        f"vGPU shares per GPU (`devicesplitcount`), 1 to {VGPU_SPLIT_COUNT_MAX} (each share is "
+        "a device the kubelet tracks); both charts default to 10.",
+        _int(1, VGPU_SPLIT_COUNT_MAX, "each share is a device the kubelet tracks"),
+        modes=("vgpu",),
+    ),
+    Variable(
+        "vgpu_memory_scaling",
+        1,
+        "Memory the scheduler may hand out per GPU, as a multiple of its real memory "
+        f"(`devicememoryscaling`), > 0 and <= {VGPU_SCALING_MAX}; above 1 is HAMi-core's "
+        "experimental oversubscription.",
+        _ratio,
+        modes=("vgpu",),
+    ),
+    Variable(
+        "vgpu_core_scaling",
+        1,
+        "Core percentage the scheduler may hand out per GPU, as a multiple of 100 "
+        f"(`devicecorescaling`), > 0 and <= {VGPU_SCALING_MAX}.",
+        _ratio,
+        modes=("vgpu",),
+    ),
+    Variable(
+        "vgpu_memory_factor",
+        1,
+        f"Volcano only: MiB per `{VGPU_RESOURCES['volcano'][1]}` unit (`gpuMemoryFactor`, the plugin's "
+        "`--gpu-memory-factor`), 1 or more and at most the GPU's memory; one value for the "
+        "whole cluster.",
+        _int(1, VGPU_MEMORY_FACTOR_MAX, "no GPU has a TiB of memory"),
+        modes=("vgpu",),
+    ),
+]
+
 # --- Kubernetes pools: node labels and taints (`gpuprov kube render|apply`). Named `kube_node_*`,
 # not Kubespray's `node_labels`/`node_taints`, so an inventory shared with Kubespray keeps its own.
 # `{mode}` in a value stands for the host's mode group.
@@ -472,7 +556,12 @@ _LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Set from the plan by `gpuprov kube`, never by hand.
-_PLAN_LABELS = (DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL)
+_PLAN_LABELS = (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    MIG_CONFIG_LABEL,
+    VGPU_FLAVOUR_LABEL,
+    OPERATOR_DEVICE_PLUGIN_LABEL,
+)
 
 
 def _label_key(key: str) -> str:

@@ -156,6 +156,12 @@ def whole(tmp_path):
     return plan, probe([gpu(0), gpu(1)], host_files(None, 110))
 
 
+@pytest.fixture
+def vgpu(tmp_path):
+    plan = plan_for(tmp_path, "vgpu", vgpu_flavour="hami")  # 2 GPUs x 10 shares: maxPods 130
+    return plan, probe([gpu(0), gpu(1)], host_files(None, 130))
+
+
 def checks(findings: list[Finding]) -> list[tuple]:
     return [(f.gpu, f.check) for f in findings]
 
@@ -163,7 +169,7 @@ def checks(findings: list[Finding]) -> list[tuple]:
 # --- a host that matches its plan has no finding, in every mode
 
 
-@pytest.mark.parametrize("mode", ["shared", "mig", "whole"])
+@pytest.mark.parametrize("mode", ["shared", "mig", "whole", "vgpu"])
 def test_host_that_matches_its_plan_has_no_finding(mode, request):
     plan, observed = request.getfixturevalue(mode)
     assert compare(plan, observed) == []
@@ -447,6 +453,42 @@ def test_any_device_plugin_config_on_a_whole_card_host_is_a_leftover(whole):
     assert checks(compare(plan, observed)) == [(None, "leftover")]
 
 
+def test_time_slicing_config_left_on_a_vgpu_host_is_a_leftover(vgpu):
+    plan, observed = vgpu
+    observed["files"][DEVICE_PLUGIN] = SHARED_PLUGIN
+    [finding] = compare(plan, observed)
+    assert (finding.check, finding.expected) == (
+        "leftover",
+        f"no device plugin config at {DEVICE_PLUGIN}",
+    )
+
+
+def test_mig_left_enabled_on_a_vgpu_host_is_a_leftover(vgpu):
+    plan, observed = vgpu
+    observed["gpus"][0].update(mig={"current": True, "pending": True})
+    assert [(f.gpu, f.check, f.found) for f in compare(plan, observed)] == [
+        (0, "leftover", "MIG enabled")
+    ]
+
+
+def test_a_vgpu_host_whose_default_runtime_is_not_nvidia_is_named(vgpu):
+    plan, observed = vgpu
+    dump = observed["containerd"]["dump"]
+    dump["text"] = dump["text"].replace(
+        'default_runtime_name = "nvidia"', 'default_runtime_name = "runc"'
+    )
+    [finding] = compare(plan, observed)
+    assert finding.check == "container-runtime"
+    assert finding.expected.startswith("default_runtime_name")
+
+
+def test_a_vgpu_host_without_room_for_its_shares_in_max_pods_is_named(vgpu):
+    plan, observed = vgpu
+    observed["files"][f"{KUBELET_DIR}/50-gpuprov.conf"] = kubelet_conf(110)
+    [finding] = compare(plan, observed)
+    assert (finding.check, finding.expected) == ("kubelet-max-pods", "maxPods 130")
+
+
 def test_mig_enabled_with_instances_on_a_shared_host_is_a_leftover(shared):
     plan, observed = shared
     observed["gpus"][1].update(mig={"current": True, "pending": True}, gpu_instances=balanced_gis())
@@ -637,6 +679,7 @@ def generated(tmp_path, mode: str, **data):
         ("shared", {"time_slicing_replicas": 4}),
         ("mig", {"mig_layout": BALANCED}),
         ("whole_card", {}),
+        ("vgpu", {"vgpu_flavour": "volcano"}),
     ],
 )
 def test_probe_of_a_simulated_host_that_matches_its_plan(tmp_path, mode, data):

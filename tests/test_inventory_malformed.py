@@ -169,7 +169,7 @@ def test_host_with_gpu_keys_in_no_mode_group_is_not_silently_left_out(tmp_path):
 
 def test_inventory_with_no_host_in_a_mode_group_is_not_an_empty_ok(tmp_path):
     path = write_inventory(tmp_path, 'control_plane = ["cp1"]\n')
-    assert_one_error(plan(path), "no host is in a mode group (shared, mig, whole_card)")
+    assert_one_error(plan(path), "no host is in a mode group (shared, mig, whole_card, vgpu)")
 
 
 def test_inventory_with_no_hosts_at_all_is_not_an_empty_ok(tmp_path):

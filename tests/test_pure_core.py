@@ -31,6 +31,7 @@ CORE = [
     "gpuprov.inventory_data",
     "gpuprov.kube.manifests",
     "gpuprov.kube.verify",
+    "gpuprov.kube.vgpu",
     "gpuprov.kubelet_checkpoint",
     "gpuprov.limits",
     "gpuprov.mig.diff",
@@ -40,6 +41,7 @@ CORE = [
     "gpuprov.plan",
     "gpuprov.probe_document",
     "gpuprov.variables",
+    "gpuprov.vgpu",
 ]
 EDGE_ONLY = ["pyinfra", "paramiko", "gevent", "pynvml"]
 

@@ -10,7 +10,7 @@ import click
 
 from gpuprov.cli.output import bad_input
 from gpuprov.cli.plan import limit_option, load_plan
-from gpuprov.contract import EXIT_DRIFT
+from gpuprov.contract import EXIT_DRIFT, VGPU_NAMESPACE
 from gpuprov.kube import manifests
 from gpuprov.kube.kubectl import Kubectl, KubectlError
 from gpuprov.kube.nodes import node_change
@@ -20,6 +20,13 @@ namespace_option = click.option(
     default=manifests.DEFAULT_NAMESPACE,
     show_default=True,
     help="Namespace of the device plugin (the chart's release or the GPU Operator's).",
+)
+vgpu_namespace_option = click.option(
+    "--vgpu-namespace",
+    default=VGPU_NAMESPACE,
+    show_default=True,
+    help="Namespace of the vGPU device plugin (HAMi's or Volcano's) that reads the vgpu hosts' "
+    "node configs.",
 )
 mig_manager_option = click.option(
     "--mig-manager",
@@ -37,13 +44,17 @@ def kube() -> None:
 
 
 def _render(
-    inventory: str, limit: tuple[str, ...], namespace: str, mig_manager: str
+    inventory: str,
+    limit: tuple[str, ...],
+    namespace: str,
+    mig_manager: str,
+    vgpu_namespace: str = VGPU_NAMESPACE,
 ) -> manifests.Rendered:
     """The whole inventory's manifests (the ConfigMaps serve every node), ``--limit`` choosing
     the nodes."""
     _, cluster = load_plan(inventory, ())
     only = {h.name for h in load_plan(inventory, limit)[1].hosts} if limit else None
-    rendered = manifests.render(cluster, namespace, mig_manager, only)
+    rendered = manifests.render(cluster, namespace, mig_manager, only, vgpu_namespace)
     _warn(rendered)
     return rendered
 
@@ -61,14 +72,20 @@ def _warn(rendered: manifests.Rendered) -> None:
     help="Write one YAML file per object kind here instead of a stream on stdout.",
 )
 @namespace_option
+@vgpu_namespace_option
 @mig_manager_option
 @limit_option
 @bad_input
 def render(
-    inventory: str, out: str | None, namespace: str, mig_manager: str, limit: tuple[str, ...]
+    inventory: str,
+    out: str | None,
+    namespace: str,
+    vgpu_namespace: str,
+    mig_manager: str,
+    limit: tuple[str, ...],
 ) -> None:
-    """Render INVENTORY's manifests and Helm values (docs/kubernetes.md)."""
-    rendered = _render(inventory, limit, namespace, mig_manager)
+    """Render INVENTORY's manifests and Helm values (docs/kubernetes.md, docs/vgpu.md)."""
+    rendered = _render(inventory, limit, namespace, mig_manager, vgpu_namespace)
     if out is None:
         click.echo(rendered.stream(), nl=False)
         return
@@ -84,6 +101,7 @@ def render(
 @click.option("--kubeconfig", required=True, help="kubeconfig of the cluster.")
 @click.option("--dry-run", is_flag=True, help="Only show what would change (kubectl diff).")
 @namespace_option
+@vgpu_namespace_option
 @mig_manager_option
 @limit_option
 @bad_input
@@ -92,6 +110,7 @@ def apply(
     kubeconfig: str,
     dry_run: bool,
     namespace: str,
+    vgpu_namespace: str,
     mig_manager: str,
     limit: tuple[str, ...],
 ) -> None:
@@ -103,7 +122,7 @@ def apply(
     """
     client = Kubectl(kubeconfig)
     client.check_kubeconfig()
-    rendered = _render(inventory, limit, namespace, mig_manager)
+    rendered = _render(inventory, limit, namespace, mig_manager, vgpu_namespace)
     try:
         nodes = client.nodes()
         present = [n for n in rendered.nodes if n.name in nodes]

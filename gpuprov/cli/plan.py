@@ -64,15 +64,14 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
         return
     rows = []
     for host in cluster.hosts:
-        sharing = f"x{host.time_slicing.replicas}" if host.time_slicing else ""
         rows.append(
             [
                 host.name,
                 host.mode,
                 f"{host.gpu_count} x {host.gpu_model}",
-                sharing,
+                _sharing(host),
                 host.kubelet_max_pods,
-                "\n".join(f"{_short(k)}: {v}" for k, v in host.resources.items()),
+                "\n".join(_resource_lines(host)),
             ]
         )
     click.echo(table(rows, ["host", "mode", "gpus", "slicing", "maxPods", "resources"]))
@@ -86,6 +85,36 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
         click.echo(table(layouts, ["host", "gpus", "MIG instances (profile@start slot)"]))
     click.echo()
     click.echo(table([[k, v] for k, v in cluster.totals.items()], ["resource", "cluster total"]))
+    vgpu_totals = cluster.vgpu_totals
+    if vgpu_totals:
+        click.echo()
+        click.echo(
+            table([[k, v] for k, v in vgpu_totals.items()], ["vGPU resource", "cluster total"])
+        )
+
+
+def _sharing(host: plan_.HostPlan) -> str:
+    """How the host's GPUs are shared: time-slicing replicas, or the vGPU flavour and split."""
+    if host.time_slicing:
+        return f"x{host.time_slicing.replicas}"
+    if host.vgpu:
+        v = host.vgpu
+        text = f"{v.flavour} x{v.split_count}"
+        if v.memory_scaling != 1 or v.core_scaling != 1:
+            text += f"\nmem x{v.memory_scaling}, cores x{v.core_scaling}"
+        return text
+    return ""
+
+
+def _resource_lines(host: plan_.HostPlan) -> list[str]:
+    """The node's resources; on a vgpu host also what only the scheduler counts (HAMi keeps
+    memory and cores in a node annotation, not in the node's allocatable)."""
+    if not host.vgpu:
+        return [f"{_short(k)}: {v}" for k, v in host.resources.items()]
+    return [
+        f"{_short(k)}: {v}" + ("" if k in host.vgpu.allocatable else " (scheduler)")
+        for k, v in host.vgpu.advertised.items()
+    ]
 
 
 def _short(resource: str) -> str:

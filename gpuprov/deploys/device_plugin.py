@@ -1,5 +1,6 @@
 """The NVIDIA device plugin's config: time-slicing on ``shared`` hosts, the MIG strategy on
-``mig`` hosts, none on ``whole_card`` hosts; the plugin re-reads it only when it changed.
+``mig`` hosts, none on ``whole_card`` and ``vgpu`` hosts (a config left by an earlier mode is
+removed); the plugin re-reads it only when it changed.
 The text comes from ``gpuprov.hostfiles.device_plugin``, the model verify checks against."""
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ def device_plugin(view: HostView) -> None:
         else "",
         "mig": f"MIG {view.plan.mig_strategy}",
         "whole_card": "none (whole cards)",
+        "vgpu": f"none ({view.plan.vgpu.flavour}'s vGPU plugin serves the GPUs)"
+        if view.plan.vgpu
+        else "",
     }[view.plan.mode]
     op = ensure_file(
         view, f"device plugin config: {what}", path, text or "", present=text is not None

@@ -2,7 +2,9 @@
 
 A host that left ``mig`` loses its layout file and its boot unit (so no later boot re-creates
 instances); its MIG instances and mode are then turned off by the ``MIG off`` step. A stale
-time-slicing config is replaced or removed by the device plugin step.
+time-slicing config is replaced or removed by the device plugin step (a ``vgpu`` host has none).
+A host that left ``vgpu`` has nothing to lose here: gpuprov writes no vGPU file on the host; its
+node config entry and labels go with the next ``gpuprov kube apply``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The NVIDIA device plugin's config file (k8s-device-plugin ``api/config/v1``): time-slicing on
-``shared`` hosts, the MIG strategy on ``mig`` hosts, no file on ``whole_card`` hosts.
+``shared`` hosts, the MIG strategy on ``mig`` hosts, no file on ``whole_card`` hosts, and none on
+``vgpu`` hosts, where the flavour's own plugin serves the GPUs (NVIDIA's must not serve them too).
 
 One typed model, ``DevicePluginConfig``, holds the part of the schema gpuprov sets; the deploy
 writes ``render(plan)`` and verify reads a host's file back into the same model with
@@ -35,6 +36,9 @@ CHECK = "device-plugin"
 # The plugin adds the nvidia.com/ prefix to a bare resource name (k8s-device-plugin
 # api/config/v1/resources.go), so "gpu" and "nvidia.com/gpu" are one resource.
 _GPU_NAMES = (GPU_RESOURCE, GPU_RESOURCE.rsplit("/", 1)[1])
+# Modes whose hosts have no NVIDIA device plugin config: whole cards are the plugin's defaults;
+# on vgpu hosts the flavour's plugin advertises the GPUs and NVIDIA's plugin stays off.
+_NO_CONFIG = ("whole_card", "vgpu")
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,8 @@ class DevicePluginConfig:
 
     @classmethod
     def planned(cls, plan: HostPlan) -> DevicePluginConfig | None:
-        """The config ``plan`` asks for; None on a ``whole_card`` host (no file)."""
-        if plan.mode == "whole_card":
+        """The config ``plan`` asks for; None on a ``whole_card`` or ``vgpu`` host (no file)."""
+        if plan.mode in _NO_CONFIG:
             return None
         ts = plan.time_slicing
         if plan.mode == "shared" and ts is not None:
@@ -155,12 +159,13 @@ class DevicePluginConfig:
 
 
 def paths(plan: HostPlan) -> Wanted:
-    """The config file, read on every host (a file left on a ``whole_card`` host is seen)."""
+    """The config file, read on every host (a file left on a ``whole_card`` or ``vgpu`` host is
+    seen)."""
     return Wanted(files=(plan.settings["device_plugin_config_path"],))
 
 
 def document(plan: HostPlan) -> dict[str, Any] | None:
-    """The config ``plan`` asks for as a dict; None on a ``whole_card`` host."""
+    """The config ``plan`` asks for as a dict; None on a ``whole_card`` or ``vgpu`` host."""
     config = DevicePluginConfig.planned(plan)
     return None if config is None else config.document()
 

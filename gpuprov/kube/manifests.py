@@ -24,9 +24,10 @@ from gpuprov.contract import (
     MIG_PARTED_CONFIGMAP_KEY,
     OWNED_LABELS_ANNOTATION,
     OWNED_TAINTS_ANNOTATION,
+    VGPU_NAMESPACE,
 )
 from gpuprov.errors import InputError, Problem
-from gpuprov.kube import helm
+from gpuprov.kube import helm, vgpu
 from gpuprov.kube.device_plugin import config_name, host_config, plugin_defaults
 from gpuprov.kube.pools import Taint, node_name, pool_labels, pool_taints
 from gpuprov.mig import partedconfig
@@ -80,6 +81,7 @@ class Rendered:
         """The ConfigMaps, which ``gpuprov kube apply`` applies server-side (Nodes get a JSON
         patch instead: gpuprov.kube.nodes says why)."""
         out = list(self.files["device-plugin-configmap.yaml"][1])
+        out += self.files.get("vgpu-node-configmaps.yaml", ("", []))[1]
         return out + self.files.get("mig-parted-configmap.yaml", ("", []))[1]
 
     def stream(self) -> str:
@@ -97,8 +99,10 @@ def render(
     namespace: str,
     mig_manager: str = "gpuprov",
     only: set[str] | None = None,
+    vgpu_namespace: str = VGPU_NAMESPACE,
 ) -> Rendered:
-    """The manifests for ``cluster``; ``mig_manager`` says who applies MIG layouts.
+    """The manifests for ``cluster``; ``mig_manager`` says who applies MIG layouts;
+    ``vgpu_namespace`` holds the vGPU plugins' node configs.
 
     ``only`` (host names) limits the nodes; the ConfigMaps always hold the configs of every
     host, since applying one that lacks a config would take it from the nodes using it.
@@ -110,9 +114,6 @@ def render(
     seen: dict[str, str] = {}
     problems = []
     for host in cluster.hosts:
-        config = host_config(host)
-        name = config_name(config)
-        configs[name] = config
         node = node_name(host)
         if node in seen:
             problems.append(
@@ -124,7 +125,13 @@ def render(
                 )
             )
         seen[node] = host.name
-        labels = {**pool_labels(host), DEVICE_PLUGIN_CONFIG_LABEL: name}
+        labels = {**pool_labels(host), **vgpu.node_labels(host)}
+        # A vgpu node gets no NVIDIA device plugin config: without the label, the plugin's
+        # DaemonSet (helm.device_plugin_chart's affinity) stays off it.
+        if host.vgpu is None:
+            config = host_config(host)
+            configs[config_name(config)] = config
+            labels[DEVICE_PLUGIN_CONFIG_LABEL] = config_name(config)
         if mig is not None and host.name in mig.host_configs:
             labels[MIG_CONFIG_LABEL] = mig.host_configs[host.name]
         if only is None or host.name in only:
@@ -151,6 +158,13 @@ def render(
             f"{MIG_CONFIG_LABEL} label.\n{partedconfig.PLACEMENT_WARNING}.",
             [_config_map(MIG_PARTED_CONFIGMAP, namespace, {MIG_PARTED_CONFIGMAP_KEY: mig.text()})],
         )
+    vgpu_maps = vgpu.config_maps(cluster.hosts, vgpu_namespace)
+    if vgpu_maps:
+        files["vgpu-node-configmaps.yaml"] = (
+            "Per-node configs of the vGPU device plugins (HAMi's, Volcano's), one entry per\n"
+            "vgpu host (docs/vgpu.md).",
+            vgpu_maps,
+        )
     files["nodes.yaml"] = (
         "The labels gpuprov owns on each node. `gpuprov kube apply` sets them and keeps the\n"
         "others; by hand: kubectl label node NODE KEY=VALUE --overwrite",
@@ -169,6 +183,14 @@ def render(
         "Helm values for NVIDIA's gpu-operator chart (docs/kubernetes.md).",
         [operator_values],
     )
+    chart_values, vgpu_warnings = vgpu.chart_values(list(cluster.hosts), all_taints)
+    warnings += vgpu_warnings
+    for flavour, values in chart_values.items():
+        chart = {"hami": "HAMi's hami", "volcano": "volcano-vgpu-device-plugin"}[flavour]
+        files[f"{flavour}-values.yaml"] = (
+            f"Helm values for the {chart} chart (docs/vgpu.md).",
+            [values],
+        )
     return Rendered(configs, tuple(nodes), mig, files, tuple(warnings))
 
 

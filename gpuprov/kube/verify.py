@@ -18,7 +18,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuprov.contract import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from gpuprov.contract import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    VGPU_RESOURCES,
+)
 from gpuprov.findings import Finding
 from gpuprov.kube.manifests import NodeState
 from gpuprov.kube.pools import Taint
@@ -55,15 +60,23 @@ def count(quantity: Any) -> int | None:
     return int(match[1]) * _SUFFIX[match[2]] if match else None
 
 
+_VGPU_RESOURCES = frozenset(name for names in VGPU_RESOURCES.values() for name in names)
+
+
 def is_gpu_resource(name: str) -> bool:
-    """Whether ``name`` is one of the device plugin's GPU resources (whole, shared or MIG).
+    """Whether ``name`` is a GPU resource a device plugin advertises: NVIDIA's (whole, shared or
+    MIG) or a vGPU flavour's.
 
     >>> is_gpu_resource("nvidia.com/gpu.shared"), is_gpu_resource("nvidia.com/mig-1g.10gb")
     (True, True)
-    >>> is_gpu_resource("cpu")
-    False
+    >>> is_gpu_resource("volcano.sh/vgpu-memory"), is_gpu_resource("cpu")
+    (True, False)
     """
-    return name == GPU_RESOURCE or name.startswith((GPU_RESOURCE + ".", MIG_RESOURCE_PREFIX))
+    return (
+        name == GPU_RESOURCE
+        or name.startswith((GPU_RESOURCE + ".", MIG_RESOURCE_PREFIX))
+        or name in _VGPU_RESOURCES
+    )
 
 
 def compare_nodes(
@@ -110,6 +123,7 @@ def compare_node(plan: HostPlan, want: NodeState, node: dict[str, Any] | None) -
         ]
     return (
         _labels(host, want, node)
+        + _no_nvidia_plugin_config(plan, node)
         + _taints(host, want, node)
         + _cordon(host, want, node)
         + _allocatable(plan, want.name, node)
@@ -129,6 +143,24 @@ def _labels(host: str, want: NodeState, node: dict[str, Any]) -> list[Finding]:
         )
         for key, value in want.labels.items()
         if have.get(key) != value
+    ]
+
+
+def _no_nvidia_plugin_config(plan: HostPlan, node: dict[str, Any]) -> list[Finding]:
+    """On a vgpu node the flavour's plugin serves the GPUs: a device plugin config label left
+    from an earlier mode would start NVIDIA's plugin there too, advertising them twice."""
+    have = (node.get("metadata", {}).get("labels") or {}).get(DEVICE_PLUGIN_CONFIG_LABEL)
+    if plan.vgpu is None or have is None:
+        return []
+    return [
+        Finding(
+            plan.name,
+            None,
+            "kube-label",
+            f"no label {DEVICE_PLUGIN_CONFIG_LABEL} (vgpu: NVIDIA's device plugin stays off)",
+            f"{DEVICE_PLUGIN_CONFIG_LABEL}={have}",
+            APPLY_HINT,
+        )
     ]
 
 
