@@ -78,16 +78,18 @@ def _records(fd: int, limit: int, log: KernelLog) -> None:
             break
         if not chunk:
             break  # the end of a regular file
-        size += len(chunk)
-        if size > limit:
+        if len(chunk) > limit - size:
+            chunk = chunk[: limit - size]  # what fits is still read
             log.truncated = True
-            break
+        size += len(chunk)
         # A file gives many records per read, the device one: keep a partial last line.
         joined = rest + chunk
         lines = joined.split(b"\n")
         rest = lines.pop()
         if _MARK in joined:
             _xids(lines, log)
+        if log.truncated:
+            return  # the partial last record is not read
     _xids([rest], log)
 
 
