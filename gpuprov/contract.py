@@ -155,6 +155,13 @@ KERNEL_LOG_PATH = "/dev/kmsg"
 KERNEL_LOG_MAX_BYTES = 16 << 20
 KERNEL_LOG_MAX_XIDS_PER_GPU = 32  # distinct XID codes kept per GPU; each with its count
 HEALTH_NOT_SUPPORTED = "not-supported"  # what the probe records for an NVML call a GPU lacks
+# `gpuprov kube render --node-problem-detector`: a ConfigMap for Node Problem Detector (which
+# usually runs in kube-system), its key a system log monitor config NPD reads with
+# --config.system-log-monitor=/config/<key>.
+NPD_NAMESPACE = "kube-system"
+NPD_CONFIGMAP = "gpuprov-node-problem-detector"
+NPD_CONFIGMAP_KEY = "gpu-xid-monitor.json"
+NPD_CONDITION = "GPUCriticalXid"
 
 # --- The simulated driver (lab and tests only) ----------------------------------------------------
 SIM_ENV = "GPUPROV_NVML_SIM"  # names the state file; unset on production hosts

@@ -37,13 +37,17 @@ def kube() -> None:
 
 
 def _render(
-    inventory: str, limit: tuple[str, ...], namespace: str, mig_manager: str
+    inventory: str,
+    limit: tuple[str, ...],
+    namespace: str,
+    mig_manager: str,
+    node_problem_detector: bool = False,
 ) -> manifests.Rendered:
     """The whole inventory's manifests (the ConfigMaps serve every node), ``--limit`` choosing
     the nodes."""
     _, cluster = load_plan(inventory, ())
     only = {h.name for h in load_plan(inventory, limit)[1].hosts} if limit else None
-    rendered = manifests.render(cluster, namespace, mig_manager, only)
+    rendered = manifests.render(cluster, namespace, mig_manager, only, node_problem_detector)
     _warn(rendered)
     return rendered
 
@@ -63,12 +67,23 @@ def _warn(rendered: manifests.Rendered) -> None:
 @namespace_option
 @mig_manager_option
 @limit_option
+@click.option(
+    "--node-problem-detector",
+    is_flag=True,
+    help="Also render a Node Problem Detector config that sets a node condition on a "
+    "critical GPU XID (health_critical_xids; docs/health.md).",
+)
 @bad_input
 def render(
-    inventory: str, out: str | None, namespace: str, mig_manager: str, limit: tuple[str, ...]
+    inventory: str,
+    out: str | None,
+    namespace: str,
+    mig_manager: str,
+    limit: tuple[str, ...],
+    node_problem_detector: bool,
 ) -> None:
     """Render INVENTORY's manifests and Helm values (docs/kubernetes.md)."""
-    rendered = _render(inventory, limit, namespace, mig_manager)
+    rendered = _render(inventory, limit, namespace, mig_manager, node_problem_detector)
     if out is None:
         click.echo(rendered.stream(), nl=False)
         return
