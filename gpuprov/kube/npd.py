@@ -18,7 +18,13 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from gpuprov.contract import NPD_CONDITION, NPD_CONFIGMAP, NPD_CONFIGMAP_KEY, NPD_NAMESPACE
+from gpuprov.contract import (
+    KERNEL_LOG_PATH,
+    NPD_CONDITION,
+    NPD_CONFIGMAP,
+    NPD_CONFIGMAP_KEY,
+    NPD_NAMESPACE,
+)
 from gpuprov.health import xid
 
 SOURCE = "gpuprov-gpu-xid-monitor"
@@ -36,7 +42,7 @@ def config(critical: Iterable[int]) -> dict[str, Any]:
         )
     return {
         "plugin": "kmsg",
-        "logPath": "/dev/kmsg",
+        "logPath": KERNEL_LOG_PATH,  # NPD's kmsg plugin reads the same device
         "lookback": "5m",
         "bufferSize": 10,
         "source": SOURCE,
