@@ -131,7 +131,7 @@ def main() -> int:
         "agent_cpu_s": agent,
         "added_cpu_s": agent["probe --health"] - agent["probe"],
         "kernel_log_cpu_s": {
-            "this machine's /dev/kmsg": host_log[0],
+            f"this machine's {KERNEL_LOG_PATH}": host_log[0],
             "16 MiB at the limit": worst[0],
         },
         "xids_in_worst_case": worst[1],
@@ -143,7 +143,7 @@ def main() -> int:
         f"(+{result['added_cpu_s'] * 1000:.0f} ms)"
     )
     if host_log[0] is not None:
-        print(f"kernel log read, this machine's /dev/kmsg: {host_log[0] * 1000:.1f} ms CPU")
+        print(f"kernel log read, this machine's {KERNEL_LOG_PATH}: {host_log[0] * 1000:.1f} ms CPU")
     print(f"kernel log read, 16 MiB at the limit ({worst[1]} XIDs): {worst[0] * 1000:.0f} ms CPU")
     print(f"NVML calls per probe: {calls['probe']}; with --health {calls['probe --health']}")
     print(json.dumps(result))
