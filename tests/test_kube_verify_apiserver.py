@@ -241,3 +241,23 @@ def test_cordon_unhealthy_leaves_a_healthy_node_schedulable(plane, host):
     code, out = verify(host, plane.admin_kubeconfig, "--cordon-unhealthy")
     assert code == 0, out
     assert not unschedulable(plane, host.node)
+
+
+def test_cordon_unhealthy_without_patch_permission_is_a_named_finding(plane, host, tmp_path):
+    sicken(host)
+    config = plane.kubeconfig(tmp_path / "reader.kubeconfig", Identity("node-reader"))
+    for args in (
+        ["create", "clusterrole", "node-reader", "--verb=list", "--resource=nodes"],
+        ["create", "clusterrolebinding", "node-reader", "--clusterrole=node-reader"]
+        + ["--user=node-reader"],
+    ):
+        assert plane.kubectl(*args).returncode == 0
+    code, out = verify(host, config, "--cordon-unhealthy", "--format", "json")
+    assert code == 1
+    [report] = json.loads(out)["hosts"]
+    [(check, expected, found)] = [
+        (f["check"], f["expected"], f["found"]) for f in report["findings"] if f["check"] != "ecc"
+    ]
+    assert (check, expected) == ("kube-api", f"node {host.node} cordoned")
+    assert "node-reader" in found and "patch" in found
+    assert not unschedulable(plane, host.node)

@@ -3,8 +3,9 @@
 The probe reads ``/dev/kmsg`` itself rather than running ``journalctl -k -b``: it is the kernel's
 own ring buffer (no journald needed, none of its storage settings in the way), costs no
 process, and reads in a few system calls. It is opened with ``O_NONBLOCK`` because a read at the
-end of ``/dev/kmsg`` otherwise waits for the next message (Documentation/ABI/testing/dev-kmsg:
-"read() ... will block ... unless O_NONBLOCK"); then the end reads ``EAGAIN``. A record
+end of ``/dev/kmsg`` otherwise waits for the next message (the kernel's
+Documentation/ABI/testing/dev-kmsg describes reads that block at the end unless the file is
+opened non-blocking); then the end reads ``EAGAIN``. A record
 overwritten while reading reads ``EPIPE`` once and the next read continues. At most
 ``KERNEL_LOG_MAX_BYTES`` are read, so an odd file in its place cannot hold the probe. The
 limit of this choice: the ring buffer forgets the oldest records on a chatty host, where the
