@@ -4,13 +4,16 @@ mapped to GPUs by bus id, and a kernel log read that stays bounded whatever is i
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 
 import pytest
+from click.testing import CliRunner
 from simulated import carve, isolate_pynvml, new_host
 
 from gpuprov import probe
+from gpuprov.cli import main
 from gpuprov.contract import SIM_ENV
 from gpuprov.health import kernel_log as host_kernel_log
 from gpuprov.probe_document import schema_problems
@@ -186,3 +189,12 @@ def test_the_hosts_own_dev_kmsg_is_read_without_blocking():
     threading.Thread(target=read, daemon=True).start()
     assert done.wait(10), "reading /dev/kmsg blocked at its end"
     assert result["log"].error is None
+
+
+def test_gpuprov_probe_health_prints_the_section(tmp_path, monkeypatch):
+    monkeypatch.setenv(SIM_ENV, new_host(tmp_path, "H200-141GB", 1))
+    result = CliRunner().invoke(main, ["probe", "--health"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert schema_problems(document) == []
+    assert document["health"]["gpus"][0]["retired_pages"] == "not-supported"
