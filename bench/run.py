@@ -11,8 +11,9 @@ For each lab size the harness starts the lab (`gpuprov lab up --hosts N`), deplo
 - no-op: `pyinfra -y inventories/lab.py deploys/gpu_node.py` on the converged hosts.
 It then runs the no-op and verify once more under bench/counted.py, which counts each host's
 remote commands and the operations that changed something, and takes the lab down. Last come
-NVML initialisations per probe and per MIG apply (bench/nvml_inits.py) and the planner at
-10,000 hosts (bench/plan_scale.py). Medians; ratios to the floor of the same lab size.
+NVML initialisations per probe and per MIG apply (bench/nvml_inits.py), the probe's added CPU
+time for GPU health (bench/probe_health.py) and the planner at 10,000 hosts
+(bench/plan_scale.py). Medians; ratios to the floor of the same lab size.
 
 Writes bench/results/run.json (every sample) and bench/results/logs/ (the last output of each
 step). Needs root and a lab that is down: a lab someone else started is never touched.
@@ -158,7 +159,23 @@ def nvml_inits() -> dict[str, Any]:
     return json.loads(out)
 
 
-def report(labs: list[dict[str, Any]], nvml: dict[str, Any], plan: dict[str, Any] | None) -> str:
+def probe_health() -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "bench/probe_health.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def report(
+    labs: list[dict[str, Any]],
+    nvml: dict[str, Any],
+    plan: dict[str, Any] | None,
+    health: dict[str, Any] | None = None,
+) -> str:
     rows = []
     for lab in labs:
         m, c = lab["median"], lab["counted"]
@@ -208,6 +225,12 @@ def report(labs: list[dict[str, Any]], nvml: dict[str, Any], plan: dict[str, Any
             f"{what}: {n['nvml_inits']} init, {n['nvml_calls']} calls" for what, n in nvml.items()
         )
     )
+    if health is not None:
+        lines.append(
+            f"GPU health in the probe ({health['host']}): "
+            f"+{health['added_cpu_s'] * 1000:.0f} ms CPU, "
+            f"{health['nvml_calls']['probe --health'] - health['nvml_calls']['probe']} NVML calls"
+        )
     if plan is not None:
         lines.append(
             f"plan: {plan['hosts']} hosts, `gpuprov plan` {plan['cli_median_s']:.2f} s "
@@ -233,6 +256,7 @@ def main() -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     nvml = nvml_inits()
+    health = probe_health()
     plan = plan_scale(args.plan_hosts, args.repeat) if args.plan_hosts else None
     document = {
         "machine": {
@@ -243,12 +267,13 @@ def main() -> int:
         "repeat": args.repeat,
         "labs": labs,
         "nvml": nvml,
+        "probe_health": health,
         "plan": plan,
         "total_s": time.perf_counter() - started,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "run.json").write_text(json.dumps(document, indent=2) + "\n")
-    print(report(labs, nvml, plan))
+    print(report(labs, nvml, plan, health))
     print(f"\n(bench/results/run.json; {document['total_s']:.0f} s in all)")
     return 0
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuprov.checks import gpus
+from gpuprov.checks import health as health_check
 from gpuprov.findings import Finding
 from gpuprov.hostfiles import Wanted, device_plugin, kubelet, mig_layout, mig_unit
 from gpuprov.hostfiles import containerd as containerd_file
@@ -79,7 +80,7 @@ def wanted_files(plan: HostPlan) -> Wanted:
     return wanted
 
 
-def probe_command(plan: HostPlan) -> str:
+def probe_command(plan: HostPlan, health: bool = True) -> str:
     """The shell command that prints this host's probe document with every file it needs.
 
     >>> probe_command(plan)                                      # doctest: +SKIP
@@ -93,11 +94,16 @@ def probe_command(plan: HostPlan) -> str:
         words += ["--glob", pattern]
     if containerd_main(plan):
         words += ["--containerd", containerd_main(plan)]
+    if health:
+        words.append("--health")
     return shlex.join(words)
 
 
-def compare(plan: HostPlan, observed: Any) -> list[Finding]:
-    """Every difference between ``plan`` and ``observed`` (a probe document); [] when it matches."""
+def compare(plan: HostPlan, observed: Any, health: bool = True) -> list[Finding]:
+    """Every difference between ``plan`` and ``observed`` (a probe document); [] when it matches.
+
+    ``health``: also judge the GPUs' health (``gpuprov.checks.health``) when the document has
+    a ``health`` section; ``gpuprov verify --health off`` passes False."""
     settings = plan.settings
     probe, findings = read(
         plan.name, observed, settings["gpuprov_agent_path"], settings["gpuprov_python"]
@@ -105,7 +111,9 @@ def compare(plan: HostPlan, observed: Any) -> list[Finding]:
     if probe is None:
         return findings
     findings += _guarded(plan, "GPU", lambda: gpus.check(plan, probe))
-    missing = missing_files(plan.name, probe, wanted_files(plan), probe_command(plan))
+    if health:
+        findings += _guarded(plan, "GPU health", lambda: health_check.check(plan, probe))
+    missing = missing_files(plan.name, probe, wanted_files(plan), probe_command(plan, health))
     if missing or probe.files is None:
         # Unread files would look absent, and "absent" passes some checks: no file verdict
         # without the files.

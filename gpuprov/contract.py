@@ -181,6 +181,21 @@ OPERATOR_DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 # probe document as {"error": why} in place of its text (``files`` section).
 PROBE_FILE_MAX_BYTES = 1 << 20
 
+# --- GPU health (docs/health.md) ------------------------------------------------------------------
+# The kernel's log, read by the probe for NVRM Xid lines: non-blocking, at most
+# KERNEL_LOG_MAX_BYTES (the kernel's ring buffer is typically 128 KiB - a few MiB; log_buf_len).
+KERNEL_LOG_PATH = "/dev/kmsg"
+KERNEL_LOG_MAX_BYTES = 16 << 20
+KERNEL_LOG_MAX_XIDS_PER_GPU = 32  # distinct XID codes kept per GPU; each with its count
+HEALTH_NOT_SUPPORTED = "not-supported"  # what the probe records for an NVML call a GPU lacks
+# `gpuprov kube render --node-problem-detector`: a ConfigMap for Node Problem Detector (which
+# usually runs in kube-system), its key a system log monitor config NPD reads with
+# --config.system-log-monitor=/config/<key>.
+NPD_NAMESPACE = "kube-system"
+NPD_CONFIGMAP = "gpuprov-node-problem-detector"
+NPD_CONFIGMAP_KEY = "gpu-xid-monitor.json"
+NPD_CONDITION = "GPUCriticalXid"
+
 # --- The simulated driver (lab and tests only) ----------------------------------------------------
 SIM_ENV = "GPUPROV_NVML_SIM"  # names the state file; unset on production hosts
 SIM_TRACE_ENV = "GPUPROV_NVML_SIM_TRACE"  # the C library appends "<function> <rc>" lines there
@@ -192,6 +207,9 @@ SIM_PYTHON_ENV = "GPUPROV_NVML_SIM_PYTHON"
 # The simulated C library (gpuprov/sim/libnvml) where the real driver puts libnvidia-ml on Debian
 SIM_NVML_LIBRARY_PATH = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 SIM_MIG_MINORS_PATH = "/proc/driver/nvidia-caps/mig-minors"  # read by NVIDIA's device plugin
+# The simulated kernel log (kmsg records, ``gpuprov-sim inject xid``) beside the state file; the
+# lab's driver package links KERNEL_LOG_PATH to it at boot, so the probe reads it as on a real host.
+SIM_KERNEL_LOG_NAME = "kmsg"
 
 # --- NVML -----------------------------------------------------------------------------------------
 # What NVML answers for a profile this GPU or GI does not have (mig-parted skips both):

@@ -36,6 +36,7 @@ import pynvml
 
 from gpuprov.agent import containerd_state
 from gpuprov.contract import (
+    KERNEL_LOG_PATH,
     NVML_PROFILE_ABSENT,
     PROBE_FILE_MAX_BYTES,
     PROBE_SCHEMA,
@@ -44,6 +45,8 @@ from gpuprov.contract import (
     SIM_PYTHON_ENV,
     containerd_drop_in_path,
 )
+from gpuprov.health import kernel_log, nvml_counters
+from gpuprov.health import section as health_section
 
 # What NVML answers for a profile constant the GPU or GI does not have; mig-parted skips both.
 _INIT_FAILURES = {
@@ -54,11 +57,17 @@ _INIT_FAILURES = {
 
 
 def probe(
-    files: Sequence[str] = (), globs: Sequence[str] = (), containerd: str | None = None
+    files: Sequence[str] = (),
+    globs: Sequence[str] = (),
+    containerd: str | None = None,
+    health: bool = False,
+    kernel_log_path: str = KERNEL_LOG_PATH,
 ) -> dict[str, Any]:
     """The probe document for this host; ``files``/``globs`` add a ``files`` section,
     ``containerd`` (the main config's path) a ``containerd`` section: what containerd says
-    about its effective config (``gpuprov.agent.containerd_state``).
+    about its effective config (``gpuprov.agent.containerd_state``); ``health`` a ``health``
+    section: each GPU's NVML error counters and the XIDs in the kernel log at
+    ``kernel_log_path`` (``gpuprov.health``).
 
     >>> probe()["nvml"]            # on a machine without libnvidia-ml  # doctest: +SKIP
     'library-not-found'
@@ -71,7 +80,12 @@ def probe(
         "nvml_version": None,
         "gpus": [],
     }
-    document.update(_nvml())
+    counters: dict[int, dict[str, Any]] = {}
+    document.update(_nvml(counters if health else None))
+    if health:
+        document["health"] = health_section.section(
+            document["gpus"], counters, kernel_log.read(kernel_log_path)
+        )
     if files or globs:
         document["files"] = read_files(files, globs)
     if containerd:
@@ -85,7 +99,9 @@ class SimulatedDriverError(Exception):
     """``GPUPROV_NVML_SIM`` is set but the simulated driver cannot be used; the message says why."""
 
 
-def _nvml() -> dict[str, Any]:
+def _nvml(counters: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """NVML's part of the document; fills ``counters`` (GPU index -> health readings) when
+    given, inside the same ``nvmlInit``."""
     try:
         init_nvml()
     except pynvml.NVMLError as e:
@@ -97,6 +113,10 @@ def _nvml() -> dict[str, Any]:
         found["driver_version"] = pynvml.nvmlSystemGetDriverVersion()
         found["nvml_version"] = pynvml.nvmlSystemGetNVMLVersion()
         found["gpus"] = [read_gpu(index) for index in range(pynvml.nvmlDeviceGetCount())]
+        if counters is not None:
+            for gpu in found["gpus"]:
+                device = pynvml.nvmlDeviceGetHandleByIndex(gpu["index"])
+                counters[gpu["index"]] = nvml_counters.read(device)
     except pynvml.NVMLError as e:
         found.update(nvml="error", error=str(e), gpus=[])
     finally:
@@ -302,6 +322,11 @@ def _parser() -> argparse.ArgumentParser:
         help="include containerd's release, effective config and CRI plugin state for the "
         "main config at PATH",
     )
+    parser.add_argument(
+        "--health",
+        action="store_true",
+        help="include each GPU's ECC, row remapping and retired pages, and the kernel log's XIDs",
+    )
     parser.add_argument("--format", choices=["json"], default="json", help="output format")
     return parser
 
@@ -312,7 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = _parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    print(json.dumps(probe(options.file, options.glob, options.containerd), indent=2))
+    print(
+        json.dumps(probe(options.file, options.glob, options.containerd, options.health), indent=2)
+    )
     return 0
 
 

@@ -19,7 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprov.contract import PROBE_AGENT_MISSING, PROBE_NVML_OK, PROBE_NVML_STATES, PROBE_SCHEMA
+from gpuprov.contract import (
+    HEALTH_NOT_SUPPORTED,
+    PROBE_AGENT_MISSING,
+    PROBE_NVML_OK,
+    PROBE_NVML_STATES,
+    PROBE_SCHEMA,
+)
 from gpuprov.findings import Finding
 from gpuprov.hostfiles import Wanted
 from gpuprov.hostfiles.documents import kind, one_line, shown
@@ -36,10 +42,23 @@ MAX_NVML_STRING = 96
 _TOP = {"schema", "nvml", "gpus"}
 # ``containerd``: what containerd says about its effective config, on containerd hosts; its
 # content is the container runtime check's to validate.
-_TOP_OPTIONAL = {"error", "driver_version", "nvml_version", "files", "containerd"}
+_TOP_OPTIONAL = {"error", "driver_version", "nvml_version", "files", "containerd", "health"}
 _GPU = ("index", "uuid", "name", "memory_total_mib", "pci_bus_id", "mig", "gpu_instances")
 _GI = ("id", "profile_id", "profile", "start", "size", "compute_instances")
 _CI = ("id", "profile_id", "slice_count")
+# The health section (gpuprov.health.section): each NVML reading is these fields, the text
+# HEALTH_NOT_SUPPORTED, or {"error": why}.
+_HEALTH_GPU = ("index", "ecc_uncorrected", "remapped_rows", "retired_pages", "xids")
+_HEALTH_READINGS: dict[str, dict[str, type]] = {
+    "ecc_uncorrected": {"volatile": int, "aggregate": int},
+    "remapped_rows": {"corrected": int, "uncorrected": int, "pending": bool, "failure": bool},
+    "retired_pages": {"single_bit": int, "double_bit": int, "pending": bool},
+}
+_OTHER_XID = ("pci_bus_id", "code", "count", "last")
+MAX_XIDS = 64  # KERNEL_LOG_MAX_XIDS_PER_GPU with room; bounds the work a document asks for
+MAX_XID_CODE = 65535
+MAX_COUNT = 2**53  # counts are exact JSON integers
+MAX_PATH = 4096
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,9 @@ class ProbeDocument:
     gpus: tuple[Mapping[str, Any], ...]
     files: Mapping[str, str | Mapping[str, str] | None] | None
     containerd: Mapping[str, Any] | None = None
+    # The ``health`` section (``gpuprov.health.section``); None when the probe did not read
+    # health (an older agent, or a snapshot taken without ``--health``).
+    health: Mapping[str, Any] | None = None
 
 
 def read(
@@ -110,6 +132,7 @@ def read(
         gpus=tuple(document["gpus"]),
         files=document.get("files"),
         containerd=document.get("containerd"),
+        health=document.get("health"),
     ), []
 
 
@@ -231,6 +254,61 @@ class _Schema:
         containerd = doc.get("containerd")
         if containerd is not None and not isinstance(containerd, Mapping):
             self.fail("containerd", f"{kind(containerd)}, not a JSON object")
+        if "health" in doc:
+            gpus = doc.get("gpus") if isinstance(doc.get("gpus"), list) else []
+            indices = {gpu.get("index") for gpu in gpus if isinstance(gpu, Mapping)}
+            self.health(doc["health"], indices)
+
+    def health(self, health: Any, indices: set) -> None:
+        """The ``health`` section: one entry per GPU of ``gpus``, readings of the right shape."""
+        if not self.keys("health", health, ("kernel_log", "gpus", "other_xids")):
+            return
+        log = health.get("kernel_log")
+        if self.keys("health.kernel_log", log, ("path", "error", "truncated")):
+            self.string("health.kernel_log.path", log.get("path"), longest=MAX_PATH)
+            self.string("health.kernel_log.error", log.get("error"), optional=True, longest=None)
+            self.boolean("health.kernel_log.truncated", log.get("truncated"))
+        gpus = health.get("gpus")
+        if "gpus" in health and self.listed("health.gpus", gpus, MAX_GPUS):
+            seen = set()
+            for n, gpu in enumerate(gpus):
+                where = f"health.gpus[{n}]"
+                if not self.keys(where, gpu, _HEALTH_GPU):
+                    continue
+                if self.integer(f"{where}.index", gpu.get("index"), 0, MAX_GPUS - 1):
+                    seen.add(gpu["index"])
+                for key, fields in _HEALTH_READINGS.items():
+                    self.reading(f"{where}.{key}", gpu.get(key), fields)
+                self.xids(f"{where}.xids", gpu.get("xids"), ("code", "count", "last"))
+            if seen != indices:
+                self.fail("health.gpus", f"GPU indices {sorted(seen)[:8]}, not those of gpus")
+        self.xids("health.other_xids", health.get("other_xids"), _OTHER_XID)
+
+    def reading(self, where: str, value: Any, fields: Mapping[str, type]) -> None:
+        if value == HEALTH_NOT_SUPPORTED:
+            return
+        if isinstance(value, Mapping) and set(value) == {"error"}:
+            self.string(f"{where}.error", value["error"], longest=None)
+            return
+        if not self.keys(where, value, tuple(fields)):
+            return
+        for key, kind_ in fields.items():
+            if kind_ is bool:
+                self.boolean(f"{where}.{key}", value.get(key))
+            else:
+                self.integer(f"{where}.{key}", value.get(key), 0, MAX_COUNT)
+
+    def xids(self, where: str, value: Any, keys: Sequence[str]) -> None:
+        if not self.listed(where, value, MAX_XIDS):
+            return
+        for n, entry in enumerate(value):
+            at = f"{where}[{n}]"
+            if self.keys(at, entry, keys):
+                self.integer(f"{at}.code", entry.get("code"), 0, MAX_XID_CODE)
+                self.integer(f"{at}.count", entry.get("count"), 1, MAX_COUNT)
+                self.string(f"{at}.last", entry.get("last"), longest=None)
+                if "pci_bus_id" in keys:
+                    self.string(f"{at}.pci_bus_id", entry.get("pci_bus_id"), empty=False)
 
     def gpus(self, gpus: list) -> None:
         indices: dict[int, int] = {}

@@ -35,6 +35,7 @@ from gpuprov.contract import (
     VGPU_RESOURCES,
 )
 from gpuprov.errors import has_control, shown
+from gpuprov.health import xid
 from gpuprov.packaging.profiles import driver_version, profiles
 
 NOT_SET = object()
@@ -678,6 +679,34 @@ _VARIABLES += [
         "Seconds without an answer after which a connected host counts as gone (SSH "
         "keepalives every third of it); it is failed within about 4/3 of this.",
         _int(3, 3600, "a host silent for an hour is gone"),
+    ),
+]
+
+# --- GPU health (docs/health.md) ------------------------------------------------------------------
+# XID codes are small numbers (NVIDIA's Xid catalog lists codes up to the low hundreds).
+XID_CODE_MAX = 65535
+
+
+def _xid_codes(value: Any) -> list[int]:
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise ValueError(f"must be a list of XID codes (integers), got {shown(value)}")
+    if len(value) > LIST_MAX:
+        raise ValueError(f"must list at most {LIST_MAX} codes, got {len(value)}")
+    wrong = [v for v in value if not 1 <= v <= XID_CODE_MAX]
+    if wrong:
+        raise ValueError(f"XID code {wrong[0]} is not in 1..{XID_CODE_MAX}")
+    return sorted(set(value))
+
+
+_VARIABLES += [
+    Variable(
+        "health_critical_xids",
+        list(xid.DEFAULT_CRITICAL),
+        "XID codes that make `gpuprov verify` report a GPU unhealthy when the kernel logged "
+        "one since boot (NVIDIA's Xid catalog; docs/health.md). `[]` for none.",
+        _xid_codes,
     ),
 ]
 

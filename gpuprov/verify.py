@@ -62,9 +62,10 @@ def unreachable(host: str, reason: str, hint: str) -> Finding:
     return Finding(host, None, "unreachable", "reachable", reason, hint)
 
 
-def fact_arguments(plan: HostPlan) -> dict[str, Any]:
-    """The ``VerifyProbe`` arguments for one host: its agent, interpreter, wanted files and, on
-    containerd hosts, the main config whose effective result the probe reads."""
+def fact_arguments(plan: HostPlan, health: bool = True) -> dict[str, Any]:
+    """The ``VerifyProbe`` arguments for one host: its agent, interpreter, wanted files, on
+    containerd hosts the main config whose effective result the probe reads, and whether it
+    reads the GPUs' health."""
     wanted = wanted_files(plan)
     return {
         "agent_path": plan.settings["gpuprov_agent_path"],
@@ -72,6 +73,7 @@ def fact_arguments(plan: HostPlan) -> dict[str, Any]:
         "files": list(wanted.files),
         "globs": list(wanted.globs),
         "containerd": containerd_main(plan),
+        "health": health,
     }
 
 
@@ -85,8 +87,11 @@ class _ConnectErrors(BaseStateCallback):
         self.errors[host.name] = str(error.args[0] if error.args else error)
 
 
-def verify_live(loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan]) -> Results:
-    """Connect to every host of ``plans``, read its state in one round trip, compare."""
+def verify_live(
+    loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan], health: bool = True
+) -> Results:
+    """Connect to every host of ``plans``, read its state in one round trip, compare;
+    ``health``: read and judge the GPUs' health in that same round trip."""
     by_name = {h.name: h for h in loaded.pyinfra}
     hosts = [by_name[p.name] for p in plans]
     state = State(inventory=loaded.pyinfra, config=Config(), initial_limit=hosts)
@@ -101,7 +106,7 @@ def verify_live(loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan]) -
         pass  # "No hosts remaining!": every host failed to connect; each one is named below
     connected = [(by_name[p.name], p) for p in plans if by_name[p.name].connected]
     try:
-        observed = _gather(state, connected)
+        observed = _gather(state, connected, health)
     finally:
         disconnect_all(state)
     results: Results = {}
@@ -109,7 +114,7 @@ def verify_live(loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan]) -
         if isinstance(observed.get(plan.name), Finding):
             results[plan.name] = [observed[plan.name]]
         elif plan.name in observed:
-            results[plan.name] = compare(plan, observed[plan.name])
+            results[plan.name] = compare(plan, observed[plan.name], health)
         else:
             reason = connect_errors.errors.get(plan.name, "could not connect")
             results[plan.name] = [
@@ -124,11 +129,13 @@ def verify_live(loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan]) -
 
 
 def _gather(
-    state: State, hosts: list[tuple[Host, HostPlan]]
+    state: State, hosts: list[tuple[Host, HostPlan]], health: bool
 ) -> dict[str, dict[str, Any] | Finding]:
     """Each host's probe document (or the finding why there is none), all hosts at once."""
     with ctx_state.use(state):
-        greenlets = {plan.name: state.pool.spawn(_probe, state, host, plan) for host, plan in hosts}
+        greenlets = {
+            plan.name: state.pool.spawn(_probe, state, host, plan, health) for host, plan in hosts
+        }
     started = time.monotonic()
     pending = list(greenlets.values())
     while pending:
@@ -145,7 +152,7 @@ def _gather(
     return {name: greenlet.get() for name, greenlet in greenlets.items()}
 
 
-def _probe(state: State, host: Host, plan: HostPlan) -> dict[str, Any] | Finding:
+def _probe(state: State, host: Host, plan: HostPlan, health: bool) -> dict[str, Any] | Finding:
     """One host's probe document, run under its ``gpuprov_timeout_probe``.
 
     A probe that exits non-zero or prints no document reads as an empty document, as a failed
@@ -155,7 +162,7 @@ def _probe(state: State, host: Host, plan: HostPlan) -> dict[str, Any] | Finding
     """
     limit = plan.settings["gpuprov_timeout_probe"]
     fact = VerifyProbe()
-    command = fact.command(**fact_arguments(plan))
+    command = fact.command(**fact_arguments(plan, health))
     started = time.monotonic()
     try:
         with ctx_host.use(host):
@@ -166,7 +173,7 @@ def _probe(state: State, host: Host, plan: HostPlan) -> dict[str, Any] | Finding
         return unreachable(
             plan.name,
             f"the probe gave no answer within {limit} s (gpuprov_timeout_probe)",
-            f"on the host, check what `{probe_command(plan)}` waits for "
+            f"on the host, check what `{probe_command(plan, health)}` waits for "
             "(a hung nvidia-smi or NVML call after an XID?)",
         )
     except (OSError, SSHException, EOFError) as e:
@@ -184,14 +191,14 @@ def _probe(state: State, host: Host, plan: HostPlan) -> dict[str, Any] | Finding
         return {}
 
 
-def verify_snapshots(directory: str, plans: Sequence[HostPlan]) -> Results:
+def verify_snapshots(directory: str, plans: Sequence[HostPlan], health: bool = True) -> Results:
     """Compare each host with its saved probe output ``DIR/<host>.json`` (air-gapped sites).
 
     Every host gets its own result: a missing, unreadable or malformed snapshot is a finding for
     that host, and the others are still compared. A host whose name cannot be a file name inside
     ``DIR`` (``../x``, ``/abs``, too long) is a finding too: nothing outside ``DIR`` is read.
     """
-    return {plan.name: _snapshot_findings(directory, plan) for plan in plans}
+    return {plan.name: _snapshot_findings(directory, plan, health) for plan in plans}
 
 
 def snapshot_name(host: str) -> str | None:
@@ -213,9 +220,9 @@ def snapshot_name(host: str) -> str | None:
     return name
 
 
-def _snapshot_findings(directory: str, plan: HostPlan) -> list[Finding]:
+def _snapshot_findings(directory: str, plan: HostPlan, health: bool) -> list[Finding]:
     take = (
-        f"on the host run `{probe_command(plan)} > {shlex.quote(plan.name + SNAPSHOT_SUFFIX)}` "
+        f"on the host run `{probe_command(plan, health)} > {shlex.quote(plan.name + SNAPSHOT_SUFFIX)}` "
         f"and copy it to {directory}"
     )
     name = snapshot_name(plan.name)
@@ -243,7 +250,7 @@ def _snapshot_findings(directory: str, plan: HostPlan) -> list[Finding]:
         problem = f"larger than {MAX_SNAPSHOT_BYTES // 2**20} MiB"
     else:
         try:
-            return compare(plan, json.loads(data.decode("utf-8")))
+            return compare(plan, json.loads(data.decode("utf-8")), health)
         except UnicodeDecodeError as e:
             problem = f"not UTF-8 ({e.reason} at byte {e.start})"
         except (ValueError, RecursionError) as e:

@@ -35,6 +35,10 @@ def test_entries_are_sorted_with_fixed_times_and_only_host_side_modules():
     assert names == sorted(names)
     assert {i.date_time for i in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
     agent = sorted(f"gpuprov/agent/{p.name}" for p in Path(bundle.__file__).parent.glob("*.py"))
+    health = [
+        f"gpuprov/health/{p.name}"
+        for p in (Path(bundle.__file__).parents[1] / "health").glob("*.py")
+    ]
     assert names == sorted(
         [
             "__main__.py",
@@ -44,6 +48,7 @@ def test_entries_are_sorted_with_fixed_times_and_only_host_side_modules():
             "gpuprov/findings.py",
             "gpuprov/probe.py",
             *agent,
+            *health,
             "gpuprov/hostfiles/__init__.py",
             "gpuprov/hostfiles/mig_layout.py",
             "gpuprov/mig/__init__.py",

@@ -57,3 +57,11 @@ def test_a30_refuses_two_media_extension_instances_at_once():
     assert solve(a30, {"1g.6gb+me": 1}).fits and solve(a30, {"2g.12gb+me": 1}).fits
     both = solve(a30, {"1g.6gb+me": 1, "2g.12gb+me": 1})
     assert both.kind == "media-engines" and "+me" in both.reason
+
+
+def test_every_model_says_how_it_repairs_memory_and_cites_it():
+    for alias, model in RAW["models"].items():
+        assert model["memory_repair"] in ("row-remapping", "page-retirement"), alias
+        assert model["memory_repair_sources"], alias
+        for key in model["memory_repair_sources"]:
+            assert key in RAW["sources"], (alias, key)

@@ -187,3 +187,77 @@ def test_list_on_nodes_is_all_verify_needs_and_without_it_the_permission_is_name
     ):
         assert plane.kubectl(*args).returncode == 0
     assert findings(host, config) == []
+
+
+def sicken(host) -> None:
+    """GPU 0 of the host's snapshot saw an uncorrectable ECC error since the driver loaded."""
+    path = host.snapshots / "@local.json"
+    document = json.loads(path.read_text())
+    document["health"]["gpus"][0]["ecc_uncorrected"] = {"volatile": 1, "aggregate": 1}
+    path.write_text(json.dumps(document))
+
+
+def unschedulable(plane, name: str) -> bool:
+    result = plane.kubectl("get", "node", name, "-o", "jsonpath={.spec.unschedulable}")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip() == "true"
+
+
+def test_a_node_with_an_unhealthy_gpu_is_named_for_cordoning_and_left_alone(plane, host):
+    sicken(host)
+    found = findings(host, plane.admin_kubeconfig)
+    assert [check for check, _, _ in found] == ["ecc", "kube-cordon"]
+    assert found[1][1:] == (
+        "cordoned: a GPU on the host is unhealthy",
+        f"node {host.node} is schedulable",
+    )
+    assert not unschedulable(plane, host.node)
+
+
+def test_cordon_unhealthy_cordons_the_node_says_so_and_never_uncordons(plane, host):
+    sicken(host)
+    result = CliRunner().invoke(
+        main,
+        ["verify", str(host.inventory), "--snapshot-dir", str(host.snapshots)]
+        + ["--kubeconfig", str(plane.admin_kubeconfig), "--cordon-unhealthy"],
+    )
+    assert result.exit_code == 1, result.output
+    assert f"verify: cordoned node {host.node} (host @local: unhealthy GPU)" in result.stderr
+    assert unschedulable(plane, host.node)
+    # Cordoned already: it should stay so, and the advice is not "uncordon it".
+    found = findings(host, plane.admin_kubeconfig)
+    assert found[1][2] == f"node {host.node} is cordoned (spec.unschedulable)"
+    # The GPU is fine again: verify cordons nothing more and uncordons nothing.
+    snapshot_path = host.snapshots / "@local.json"
+    document = json.loads(snapshot_path.read_text())
+    document["health"]["gpus"][0]["ecc_uncorrected"] = {"volatile": 0, "aggregate": 1}
+    snapshot_path.write_text(json.dumps(document))
+    code, _ = verify(host, plane.admin_kubeconfig, "--cordon-unhealthy")
+    assert code == 1  # the node is left cordoned, which is a finding of its own
+    assert unschedulable(plane, host.node)
+
+
+def test_cordon_unhealthy_leaves_a_healthy_node_schedulable(plane, host):
+    code, out = verify(host, plane.admin_kubeconfig, "--cordon-unhealthy")
+    assert code == 0, out
+    assert not unschedulable(plane, host.node)
+
+
+def test_cordon_unhealthy_without_patch_permission_is_a_named_finding(plane, host, tmp_path):
+    sicken(host)
+    config = plane.kubeconfig(tmp_path / "reader.kubeconfig", Identity("node-reader"))
+    for args in (
+        ["create", "clusterrole", "node-reader", "--verb=list", "--resource=nodes"],
+        ["create", "clusterrolebinding", "node-reader", "--clusterrole=node-reader"]
+        + ["--user=node-reader"],
+    ):
+        assert plane.kubectl(*args).returncode == 0
+    code, out = verify(host, config, "--cordon-unhealthy", "--format", "json")
+    assert code == 1
+    [report] = json.loads(out)["hosts"]
+    [(check, expected, found)] = [
+        (f["check"], f["expected"], f["found"]) for f in report["findings"] if f["check"] != "ecc"
+    ]
+    assert (check, expected) == ("kube-api", f"node {host.node} cordoned")
+    assert "node-reader" in found and "patch" in found
+    assert not unschedulable(plane, host.node)

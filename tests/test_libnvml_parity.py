@@ -24,7 +24,7 @@ from simulated import carve, edit, isolate_pynvml, new_host
 from upstream import upstream_binary
 
 from gpuprov.contract import SIM_ENV, SIM_TRACE_ENV
-from gpuprov.sim import install
+from gpuprov.sim import admin, install
 from gpuprov.sim.libnvml import build
 
 SERVED = re.compile(r"SERVED\((nvml\w+),")
@@ -140,6 +140,45 @@ def _device(t: Transcript, at: str, device) -> None:
     t(f"{at} attributes", pynvml.nvmlDeviceGetAttributes, device)
     t(f"{at} mig mode", pynvml.nvmlDeviceGetMigMode, device)
     t(f"{at} max mig", pynvml.nvmlDeviceGetMaxMigDeviceCount, device)
+    _health(t, at, device)
+
+
+def _health(t: Transcript, at: str, device) -> None:
+    for kind in range(3):
+        for counter in range(3):
+            t(
+                f"{at} ecc {kind} {counter}",
+                pynvml.nvmlDeviceGetTotalEccErrors,
+                device,
+                kind,
+                counter,
+            )
+    for location in (0, pynvml.NVML_MEMORY_LOCATION_DRAM, pynvml.NVML_MEMORY_LOCATION_COUNT):
+        t(
+            f"{at} memory errors {location}",
+            pynvml.nvmlDeviceGetMemoryErrorCounter,
+            device,
+            1,
+            1,
+            location,
+        )
+    t(f"{at} remapped rows", pynvml.nvmlDeviceGetRemappedRows, device)
+    t(f"{at} pages pending", pynvml.nvmlDeviceGetRetiredPagesPendingStatus, device)
+    for cause in range(3):
+        t(f"{at} retired pages {cause}", pynvml.nvmlDeviceGetRetiredPages, device, cause)
+        t(f"{at} retired pages v2 {cause}", pynvml.nvmlDeviceGetRetiredPages_v2, device, cause)
+    count = ctypes.c_uint(0)
+    t.raw(
+        f"{at} retired pages size",
+        "nvmlDeviceGetRetiredPages",
+        device,
+        1,
+        ctypes.byref(count),
+        None,
+    )
+    t.raw(
+        f"{at} remapped rows to NULL", "nvmlDeviceGetRemappedRows", device, None, None, None, None
+    )
 
 
 def _mig(t: Transcript, at: str, device) -> None:
@@ -296,6 +335,42 @@ def test_c_library_answers_what_the_python_simulator_answers(host, tmp_path, lib
     python, c = transcripts(path, library, monkeypatch)
     assert len(python) > 100
     assert_same(python, c)
+
+
+# gpuprov-sim commands that put a host's GPUs in a known health state.
+HEALTH = [
+    ["set-ecc", "--gpu", "0", "--uncorrected", "3", "--corrected", "9"],
+    ["remap-pending", "--gpu", "1", "--failure"],
+    ["retire-page", "--gpu", "0", "--double-bit", "--pending"],
+    ["retire-page", "--gpu", "0"],
+    ["retire-page", "--gpu", "1"],
+]
+
+
+@pytest.mark.parametrize("model", ["A100-80GB", "H200-141GB", "L40S", "T4"])
+def test_health_counters_answer_alike(model, tmp_path, library, monkeypatch):
+    path = new_host(tmp_path, model, 2)
+    for command in HEALTH:
+        assert admin.main(["--state", path, *command]) == 0
+    python, c = transcripts(path, library, monkeypatch)
+    assert_same(python, c)
+    answers = dict(c)
+    if model == "T4":
+        assert answers["0 retired pages v2 1"] == [{"address": 4096, "timestamp": 1700000000}]
+        assert answers["0 remapped rows"] == ("error", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    else:
+        assert answers["1 remapped rows"] == [0, 1, 1, 1]
+        assert answers["0 pages pending"] == ("error", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    assert answers["0 ecc 1 0"] == 3
+
+
+def test_a_state_file_without_health_reads_healthy_in_both(tmp_path, library, monkeypatch):
+    path = new_host(tmp_path, "H100-80GB", 1)
+    with edit(path) as state:
+        del state["gpus"][0]["health"]
+    python, c = transcripts(path, library, monkeypatch)
+    assert_same(python, c)
+    assert dict(c)["0 remapped rows"] == [0, 0, 0, 0]
 
 
 def test_the_transcript_sees_every_mig_device(tmp_path, library, monkeypatch):

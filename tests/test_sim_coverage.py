@@ -76,4 +76,14 @@ def test_each_wrapper_reaches_its_simulated_function(tmp_path):
             pynvml.nvmlErrorString(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
             == "Insufficient Resources"
         )
+        pynvml.nvmlDeviceGetTotalEccErrors(device, 1, 0)
+        pynvml.nvmlDeviceGetMemoryErrorCounter(device, 1, 1, pynvml.NVML_MEMORY_LOCATION_DRAM)
+        for not_here in (  # reached, but NOT_SUPPORTED: MIG instances exist; an H100 remaps rows
+            lambda: pynvml.nvmlDeviceGetRemappedRows(device),
+            lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(device),
+            lambda: pynvml.nvmlDeviceGetRetiredPages(device, 0),
+            lambda: pynvml.nvmlDeviceGetRetiredPages_v2(device, 0),
+        ):
+            with pytest.raises(pynvml.NVMLError_NotSupported):
+                not_here()
     assert set(lib.calls) == FUNCTIONS, sorted(FUNCTIONS - set(lib.calls))

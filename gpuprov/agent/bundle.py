@@ -35,6 +35,7 @@ _MEMBERS = (
     "findings.py",
     "probe.py",
     "agent",
+    "health",
     "hostfiles/__init__.py",
     "hostfiles/mig_layout.py",
     "mig/__init__.py",

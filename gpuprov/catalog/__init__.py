@@ -48,6 +48,7 @@ class GpuModel:
     media_engine_sets: int = 0  # how many `+me` GPU instances may exist at once (gpus.yaml)
     sources: tuple[str, ...] = ()
     compute_capability: tuple[int, int] = (0, 0)  # (major, minor); (0, 0) when not recorded
+    memory_repair: str = ""  # "row-remapping" or "page-retirement" (gpus.yaml); "" when unknown
     _by_name: dict[str, MigProfile] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -92,6 +93,7 @@ def _model(alias: str, raw: dict) -> GpuModel:
         media_engine_sets=raw.get("media_engine_sets", 0),
         sources=tuple(raw.get("sources", [])),
         compute_capability=_compute_capability(raw.get("compute_capability", "0.0")),
+        memory_repair=raw.get("memory_repair", ""),
         _by_name={p.name: p for p in profiles},
     )
 

@@ -49,12 +49,15 @@ def _render(
     namespace: str,
     mig_manager: str,
     vgpu_namespace: str = VGPU_NAMESPACE,
+    node_problem_detector: bool = False,
 ) -> manifests.Rendered:
     """The whole inventory's manifests (the ConfigMaps serve every node), ``--limit`` choosing
     the nodes."""
     _, cluster = load_plan(inventory, ())
     only = {h.name for h in load_plan(inventory, limit)[1].hosts} if limit else None
-    rendered = manifests.render(cluster, namespace, mig_manager, only, vgpu_namespace)
+    rendered = manifests.render(
+        cluster, namespace, mig_manager, only, vgpu_namespace, node_problem_detector
+    )
     _warn(rendered)
     return rendered
 
@@ -75,6 +78,12 @@ def _warn(rendered: manifests.Rendered) -> None:
 @vgpu_namespace_option
 @mig_manager_option
 @limit_option
+@click.option(
+    "--node-problem-detector",
+    is_flag=True,
+    help="Also render a Node Problem Detector config that sets a node condition on a "
+    "critical GPU XID (health_critical_xids; docs/health.md).",
+)
 @bad_input
 def render(
     inventory: str,
@@ -83,9 +92,12 @@ def render(
     vgpu_namespace: str,
     mig_manager: str,
     limit: tuple[str, ...],
+    node_problem_detector: bool,
 ) -> None:
     """Render INVENTORY's manifests and Helm values (docs/kubernetes.md, docs/vgpu.md)."""
-    rendered = _render(inventory, limit, namespace, mig_manager, vgpu_namespace)
+    rendered = _render(
+        inventory, limit, namespace, mig_manager, vgpu_namespace, node_problem_detector
+    )
     if out is None:
         click.echo(rendered.stream(), nl=False)
         return

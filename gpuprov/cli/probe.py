@@ -34,10 +34,17 @@ from gpuprov.contract import PROBE_FILE_MAX_BYTES
     show_default=True,
     help="Output format.",
 )
-def probe(files: tuple[str, ...], globs: tuple[str, ...], fmt: str) -> None:
+@click.option(
+    "--health",
+    is_flag=True,
+    help="Include each GPU's ECC, row remapping and retired pages, and the kernel log's XIDs "
+    "(docs/health.md).",
+)
+def probe(files: tuple[str, ...], globs: tuple[str, ...], fmt: str, health: bool) -> None:
     """Print NVML's view of this host (driver, GPUs, MIG instances) as gpuprov.probe/v1 JSON.
 
     Exits 0 even without a driver: the document says why NVML is unavailable.
     """
     argv = [f"--file={path}" for path in files] + [f"--glob={pattern}" for pattern in globs]
+    argv += ["--health"] if health else []
     sys.exit(host_probe.main([*argv, f"--format={fmt}"]))

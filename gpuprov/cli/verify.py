@@ -21,6 +21,7 @@ from gpuprov import verify as verify_
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
 from gpuprov.cli.plan import limit_option, load_plan
 from gpuprov.contract import EXIT_DRIFT, EXIT_OK, VERIFY_SCHEMA
+from gpuprov.errors import InputError, Problem
 from gpuprov.findings import Finding
 from gpuprov.hostfiles.documents import one_line
 from gpuprov.kube.cluster_check import ClusterCheck
@@ -46,6 +47,19 @@ _STATUSES = ("ok", "drift", "unreachable")
     help="Also check the nodes as the API server shows them (labels, taints, cordon, "
     "allocatable, pods), in one list call.",
 )
+@click.option(
+    "--health",
+    type=click.Choice(["on", "off"]),
+    default="on",
+    show_default=True,
+    help="Read and judge each GPU's health (XIDs, ECC, row remapping, retired pages; "
+    "docs/health.md) in the same round trip.",
+)
+@click.option(
+    "--cordon-unhealthy",
+    is_flag=True,
+    help="With --kubeconfig: cordon the nodes whose host has an unhealthy GPU (never uncordons).",
+)
 @bad_input
 def verify(
     inventory: str,
@@ -53,16 +67,20 @@ def verify(
     fmt: str,
     snapshot_dir: str | None,
     kubeconfig: str | None,
+    health: str,
+    cordon_unhealthy: bool,
 ) -> None:
     """Compare every host of INVENTORY with its plan; exit 1 if any drifts or is unreachable."""
+    if cordon_unhealthy and (not kubeconfig or health == "off"):
+        raise InputError([Problem("--cordon-unhealthy", "needs --kubeconfig and --health on")])
     loaded, cluster = load_plan(inventory, limit)
     cluster_check = ClusterCheck(kubeconfig, cluster) if kubeconfig else None
     if snapshot_dir:
-        results = verify_.verify_snapshots(snapshot_dir, cluster.hosts)
+        results = verify_.verify_snapshots(snapshot_dir, cluster.hosts, health == "on")
     else:
-        results = verify_.verify_live(loaded, cluster.hosts)
+        results = verify_.verify_live(loaded, cluster.hosts, health == "on")
     if cluster_check is not None:
-        cluster_check.add_to(results)
+        cluster_check.add_to(results, cordon_unhealthy)
     report = verify_report(results)
     if fmt == "json":
         emit_json(report)

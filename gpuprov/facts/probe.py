@@ -112,6 +112,7 @@ class VerifyProbe(AgentProbe):
     ``gpuprov.agent.containerd_state``), read in the same round trip.
 
     + containerd: containerd's main config (``containerd_config_path``); None for docker hosts
+    + health: also read each GPU's health (NVML error counters, the kernel log's XIDs)
     """
 
     @override
@@ -122,6 +123,9 @@ class VerifyProbe(AgentProbe):
         files: Sequence[str] = (),
         globs: Sequence[str] = (),
         containerd: str | None = None,
+        health: bool = False,
     ) -> StringCommand:
         extra = ["--containerd", QuoteString(containerd)] if containerd else []
+        if health:
+            extra.append("--health")
         return self._command(agent_path, python, files, globs, extra)

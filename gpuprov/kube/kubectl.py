@@ -100,6 +100,10 @@ class Kubectl:
         except (ValueError, KeyError, TypeError):
             raise KubectlError(f"listing nodes: not a node list: {text[:200]!r}") from None
 
+    def cordon(self, name: str) -> None:
+        """Mark node ``name`` unschedulable (``kubectl cordon``: spec.unschedulable only)."""
+        self._ok(f"cordoning node {name}", "cordon", name)
+
     def apply(self, manifests: str) -> str:
         """Server-side apply under gpuprov's field manager; gpuprov's keys win conflicts."""
         return self._ok(

@@ -22,12 +22,14 @@ from gpuprov.contract import (
     MIG_CONFIG_LABEL,
     MIG_PARTED_CONFIGMAP,
     MIG_PARTED_CONFIGMAP_KEY,
+    NPD_CONDITION,
+    NPD_CONFIGMAP_KEY,
     OWNED_LABELS_ANNOTATION,
     OWNED_TAINTS_ANNOTATION,
     VGPU_NAMESPACE,
 )
 from gpuprov.errors import InputError, Problem
-from gpuprov.kube import helm, vgpu
+from gpuprov.kube import helm, npd, vgpu
 from gpuprov.kube.device_plugin import config_name, host_config, plugin_defaults
 from gpuprov.kube.pools import Taint, node_name, pool_labels, pool_taints
 from gpuprov.mig import partedconfig
@@ -100,9 +102,11 @@ def render(
     mig_manager: str = "gpuprov",
     only: set[str] | None = None,
     vgpu_namespace: str = VGPU_NAMESPACE,
+    node_problem_detector: bool = False,
 ) -> Rendered:
     """The manifests for ``cluster``; ``mig_manager`` says who applies MIG layouts;
-    ``vgpu_namespace`` holds the vGPU plugins' node configs.
+    ``vgpu_namespace`` holds the vGPU plugins' node configs; ``node_problem_detector`` adds
+    NPD's config for the critical XIDs (``gpuprov.kube.npd``).
 
     ``only`` (host names) limits the nodes; the ConfigMaps always hold the configs of every
     host, since applying one that lacks a config would take it from the nodes using it.
@@ -191,7 +195,26 @@ def render(
             f"Helm values for the {chart} chart (docs/vgpu.md).",
             [values],
         )
+    if node_problem_detector:
+        files["node-problem-detector-configmap.yaml"] = _npd(cluster, warnings)
     return Rendered(configs, tuple(nodes), mig, files, tuple(warnings))
+
+
+def _npd(cluster: ClusterPlan, warnings: list[str]) -> tuple[str, list[Any]]:
+    """NPD runs one config on every node: the union of the hosts' critical XIDs."""
+    sets = {tuple(h.settings["health_critical_xids"]) for h in cluster.hosts}
+    if len(sets) > 1:
+        warnings.append(
+            "hosts differ in health_critical_xids; Node Problem Detector's one config takes "
+            "every host's codes"
+        )
+    critical = sorted({code for codes in sets for code in codes})
+    return (
+        "Node Problem Detector system log monitor: a critical GPU XID in the kernel log sets\n"
+        f"the node condition {NPD_CONDITION} (docs/health.md). Mount it into NPD's DaemonSet\n"
+        f"and run it with --config.system-log-monitor=/config/{NPD_CONFIGMAP_KEY}.",
+        [npd.config_map(critical)],
+    )
 
 
 class _Dumper(yaml.SafeDumper):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from gpuprov.contract import CONTAINERD_UNIT, KUBELET_CONFIG_PATH, KUBELET_UNIT
+from gpuprov.contract import CONTAINERD_UNIT, KERNEL_LOG_PATH, KUBELET_CONFIG_PATH, KUBELET_UNIT
 
 KUBELET = "/usr/bin/kubelet"  # where the base's stand-in sits: its enabled unit points there
 KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"
@@ -105,8 +105,9 @@ def unit(node: str) -> str:
         "[Service]\n"
         # The OOM watcher opens /dev/kmsg, which nspawn does not give a container ("failed to
         # create kubelet: open /dev/kmsg: no such file or directory"); kind links it to the
-        # console the same way.
-        "ExecStartPre=/bin/ln -sfn /dev/console /dev/kmsg\n"
+        # console the same way. Only when none exists: the simulated driver links it to its
+        # kernel log (gpuprov/lab/packages/driver/nvidia-sim-kmsg).
+        f"ExecStartPre=/bin/sh -c '[ -e {KERNEL_LOG_PATH} ] || ln -s /dev/console {KERNEL_LOG_PATH}'\n"
         f"{binds}"
         f"ExecStart={KUBELET} {' '.join(flags(node))}\n"
         "Restart=always\n"

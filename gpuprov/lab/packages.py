@@ -25,6 +25,7 @@ does: only the pin file gets those to the planned version.
 from __future__ import annotations
 
 import ast
+import posixpath
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -33,9 +34,11 @@ import pynvml
 
 import gpuprov
 from gpuprov.contract import (
+    KERNEL_LOG_PATH,
     NVIDIA_RUNTIME_BINARY,
     PERSISTENCED_UNIT,
     SIM_ENV,
+    SIM_KERNEL_LOG_NAME,
     SIM_NVML_LIBRARY_PATH,
     SIM_PYTHON_DIR,
     SIM_STATE_PATH,
@@ -98,6 +101,7 @@ def _driver(upstream: str) -> list[Package]:
 
     kernel_files = {
         "/usr/sbin/gpuprov-sim": _file("driver/gpuprov-sim", upstream, 0o755),
+        "/usr/lib/nvidia-sim/kmsg-link": _file("driver/nvidia-sim-kmsg", upstream, 0o755),
         "/lib/systemd/system/nvidia-sim-boot.service": _file(
             "driver/nvidia-sim-boot.service", upstream
         ),
@@ -283,6 +287,8 @@ def _text(name: str, upstream: str) -> bytes:
         ("@SIM_STATE@", SIM_STATE_PATH),
         ("@SIM_ENV@", SIM_ENV),
         ("@SIM_PYTHON@", SIM_PYTHON_DIR),
+        ("@SIM_KMSG@", posixpath.join(posixpath.dirname(SIM_STATE_PATH), SIM_KERNEL_LOG_NAME)),
+        ("@KERNEL_LOG@", KERNEL_LOG_PATH),
     ):
         text = text.replace(mark, value)
     return text.encode()

@@ -7,6 +7,10 @@ The state file is ``--state PATH``, else ``$GPUPROV_NVML_SIM``, else the lab def
     gpuprov-sim boot                                                 # what a reboot does
     gpuprov-sim fault -i 0 --busy                                    # a process holds GPU 0
     gpuprov-sim fault --fail-after nvmlDeviceCreateGpuInstanceWithPlacement 2
+    gpuprov-sim inject xid 79 --gpu 0                                # NVRM: Xid line, kernel log
+    gpuprov-sim set-ecc --gpu 0 --uncorrected 2                      # ECC error counts
+    gpuprov-sim remap-pending --gpu 0                                # a row waits for a reset
+    gpuprov-sim retire-page --gpu 0 --double-bit --pending           # page-retirement models
     gpuprov-sim show                                                 # print the state
 
 Bad input is one message on stderr and exit code 2.
@@ -23,6 +27,8 @@ from collections.abc import Sequence
 import pynvml
 
 from gpuprov.contract import SIM_ENV, SIM_STATE_PATH
+from gpuprov.health import xid
+from gpuprov.sim import kernel_log
 from gpuprov.sim import state as sim_state
 from gpuprov.sim.nvml import FUNCTIONS
 
@@ -83,6 +89,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     fault.add_argument("--clear-fail-after", action="store_true")
 
+    inject = commands.add_parser("inject", help="log a driver event in the kernel log")
+    inject.add_argument("event", choices=["xid"])
+    inject.add_argument("code", type=int, help="XID code, e.g. 79")
+    inject.add_argument("--gpu", type=int, required=True, help="GPU index")
+    inject.add_argument("--pid", type=int, default=0, help="process the driver names")
+    inject.add_argument("--name", default="", help="that process's name")
+
+    ecc = commands.add_parser("set-ecc", help="set a GPU's ECC error counts")
+    ecc.add_argument("--gpu", type=int, required=True, help="GPU index")
+    for kind in ("uncorrected", "corrected"):
+        ecc.add_argument(
+            f"--{kind}", type=int, help=f"{kind} errors, volatile and (at least) aggregate"
+        )
+        ecc.add_argument(f"--{kind}-aggregate", type=int, help=f"aggregate {kind} errors")
+
+    remap = commands.add_parser("remap-pending", help="a row remapping waits for a GPU reset")
+    remap.add_argument("--gpu", type=int, required=True, help="GPU index")
+    remap.add_argument("--failure", action="store_true", help="a remapping also failed")
+    remap.add_argument("--clear", action="store_true", help="nothing pending, no failure")
+
+    retire = commands.add_parser("retire-page", help="retire a page (page-retirement models)")
+    retire.add_argument("--gpu", type=int, required=True, help="GPU index")
+    retire.add_argument("--double-bit", action="store_true", help="cause: a double-bit error")
+    retire.add_argument("--pending", action="store_true", help="waits for a driver reload")
+
     commands.add_parser("show", help="print the state file")
     return parser
 
@@ -104,11 +135,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         elif options.command == "show":
             print(json.dumps(sim_state.load(path), indent=2))
+        elif options.command == "inject":
+            gpu = _gpu(sim_state.load(path), options.gpu)
+            kernel_log.append(
+                path, xid.line(gpu["pci_bus_id"], options.code, options.pid, options.name)
+            )
+        elif options.command == "boot":
+            with sim_state.transaction(path) as current:
+                sim_state.reboot(current)
+            kernel_log.clear(path)
         else:
             with sim_state.transaction(path) as current:
-                {"driver": _driver, "boot": _boot, "fault": _fault}[options.command](
-                    current, options
-                )
+                {
+                    "driver": _driver,
+                    "fault": _fault,
+                    "set-ecc": _set_ecc,
+                    "remap-pending": _remap_pending,
+                    "retire-page": _retire_page,
+                }[options.command](current, options)
     except sim_state.StateError as e:
         print(f"gpuprov-sim: error: {e}", file=sys.stderr)
         return 2
@@ -122,8 +166,52 @@ def _driver(current: sim_state.State, options: argparse.Namespace) -> None:
         current["driver"]["loaded"] = options.loaded
 
 
-def _boot(current: sim_state.State, options: argparse.Namespace) -> None:
-    sim_state.reboot(current)
+def _gpu(current: sim_state.State, index: int) -> dict:
+    gpus = current["gpus"]
+    if not 0 <= index < len(gpus):
+        raise sim_state.StateError(f"no GPU {index} (the host has {len(gpus)})")
+    return gpus[index]
+
+
+def _health(current: sim_state.State, index: int) -> dict:
+    gpu = _gpu(current, index)
+    gpu["health"] = sim_state.health(gpu)
+    return gpu["health"]
+
+
+def _set_ecc(current: sim_state.State, options: argparse.Namespace) -> None:
+    ecc = _health(current, options.gpu)["ecc"]
+    for kind in ("uncorrected", "corrected"):
+        volatile = getattr(options, kind)
+        aggregate = getattr(options, f"{kind}_aggregate")
+        if volatile is not None:
+            ecc[kind]["volatile"] = volatile
+            ecc[kind]["aggregate"] = max(ecc[kind]["aggregate"], volatile)
+        if aggregate is not None:
+            ecc[kind]["aggregate"] = aggregate
+        if min(ecc[kind].values()) < 0:
+            raise sim_state.StateError(f"--{kind} counts cannot be negative")
+
+
+def _remap_pending(current: sim_state.State, options: argparse.Namespace) -> None:
+    rows = _health(current, options.gpu)["remapped_rows"]
+    if options.clear:
+        rows.update(pending=False, failure=False)
+        return
+    # A pending remapping follows an uncorrectable error in that row (row remapping docs).
+    rows.update(pending=True, uncorrected=rows["uncorrected"] + 1)
+    if options.failure:
+        rows["failure"] = True
+
+
+def _retire_page(current: sim_state.State, options: argparse.Namespace) -> None:
+    pages = _health(current, options.gpu)["retired_pages"]
+    cause = "double_bit" if options.double_bit else "single_bit"
+    taken = len(pages["single_bit"]) + len(pages["double_bit"])
+    # Page-sized, distinct addresses; the timestamp is seconds since the epoch, as NVML's.
+    pages[cause].append({"address": 0x1000 * (taken + 1), "timestamp": 1_700_000_000 + taken})
+    if options.pending:
+        pages["pending"] = True
 
 
 def _fault(current: sim_state.State, options: argparse.Namespace) -> None:

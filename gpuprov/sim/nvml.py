@@ -662,6 +662,102 @@ class _Driver:
             raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return self._compute_instance(device, KIND_MIG_DEVICE)
 
+    # -- health ----------------------------------------------------------------------------
+    # ECC counts answer on every catalog model (all are data-center GPUs with ECC memory); row
+    # remapping only on models whose catalog memory_repair is row-remapping, page retirement only
+    # on page-retirement models: the other family's calls are NOT_SUPPORTED, as on the real
+    # driver (NVIDIA GPU Memory Error Management, Supported GPUs).
+
+    def nvmlDeviceGetTotalEccErrors(
+        self, device: Any, error_type: Any, counter_type: Any, count: Any
+    ) -> None:
+        _store(count, self._ecc(device, error_type, counter_type))
+
+    def nvmlDeviceGetMemoryErrorCounter(
+        self, device: Any, error_type: Any, counter_type: Any, location: Any, count: Any
+    ) -> None:
+        """The simulated errors all sit in device memory (DRAM); caches and SRAM count 0."""
+        where = _int(location)
+        if where >= pynvml.NVML_MEMORY_LOCATION_COUNT:
+            raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        errors = self._ecc(device, error_type, counter_type)
+        _store(count, errors if where == pynvml.NVML_MEMORY_LOCATION_DRAM else 0)
+
+    def _ecc(self, device: Any, error_type: Any, counter_type: Any) -> int:
+        gpu = self._gpu(device)
+        kind = {
+            pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED: "corrected",
+            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED: "uncorrected",
+        }.get(_int(error_type))
+        counter = {
+            pynvml.NVML_VOLATILE_ECC: "volatile",
+            pynvml.NVML_AGGREGATE_ECC: "aggregate",
+        }.get(_int(counter_type))
+        if kind is None or counter is None:
+            raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return sim_state.health(gpu)["ecc"][kind][counter]
+
+    def nvmlDeviceGetRemappedRows(
+        self, device: Any, corrected: Any, uncorrected: Any, pending: Any, failure: Any
+    ) -> None:
+        """NOT_SUPPORTED also on a MIG GPU with instances ("On MIG-enabled GPUs with active
+        instances, querying the number of remapped rows is not supported", NVML docs)."""
+        gpu = self._gpu(device)
+        if self._model(gpu).memory_repair != "row-remapping" or (
+            gpu["mig_current"] and gpu["gpu_instances"]
+        ):
+            raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        rows = sim_state.health(gpu)["remapped_rows"]
+        _store(corrected, rows["corrected"])
+        _store(uncorrected, rows["uncorrected"])
+        _store(pending, int(rows["pending"]))
+        _store(failure, int(rows["failure"]))
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: Any, pending: Any) -> None:
+        _store(pending, int(self._retired(device)["pending"]))
+
+    def nvmlDeviceGetRetiredPages(
+        self, device: Any, cause: Any, count: Any, addresses: Any
+    ) -> None:
+        self._retired_pages(device, cause, count, addresses, None)
+
+    def nvmlDeviceGetRetiredPages_v2(
+        self, device: Any, cause: Any, count: Any, addresses: Any, timestamps: Any = None
+    ) -> None:
+        # pynvml's size query passes no timestamps argument at all (a NULL in C).
+        self._retired_pages(device, cause, count, addresses, timestamps)
+
+    def _retired(self, device: Any) -> dict[str, Any]:
+        gpu = self._gpu(device)
+        if self._model(gpu).memory_repair != "page-retirement":
+            raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return sim_state.health(gpu)["retired_pages"]
+
+    def _retired_pages(
+        self, device: Any, cause: Any, count: Any, addresses: Any, timestamps: Any
+    ) -> None:
+        """nvml.h: ``pageCount`` in is the buffer's size, out the number of pages; a buffer too
+        small (0 with no buffer asks for the size) is INSUFFICIENT_SIZE with the count set."""
+        retired = self._retired(device)
+        key = {
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: "single_bit",
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: "double_bit",
+        }.get(_int(cause))
+        if key is None:
+            raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        pages = retired[key]
+        room = _int(_deref(count))
+        _store(count, len(pages))
+        if room < len(pages):
+            raise _Fail(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+        for target, field in ((_deref(addresses), "address"), (_deref(timestamps), "timestamp")):
+            if target is None:
+                continue
+            if not isinstance(target, ctypes.Array) or len(target) < len(pages):
+                raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            for i, page in enumerate(pages):
+                target[i] = page[field]
+
 
 FUNCTIONS: frozenset[str] = frozenset(name for name in vars(_Driver) if name.startswith("nvml")) | {
     "nvmlShutdown",

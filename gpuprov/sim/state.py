@@ -97,7 +97,31 @@ def new_gpu(model: str, index: int, seed: str) -> dict[str, Any]:
         "gpu_instances": [],
         "busy": False,
         "held_by": [],
+        "health": new_health(),
     }
+
+
+def new_health() -> dict[str, Any]:
+    """A healthy GPU's memory error state (the optional ``health`` key of a GPU).
+
+    ``ecc``: error counts by type (corrected, uncorrected) and counter (volatile since the driver
+    loaded, aggregate over the GPU's life). ``remapped_rows`` answers on row-remapping models,
+    ``retired_pages`` (``{"address", "timestamp"}`` entries by cause) on page-retirement ones
+    (catalog ``memory_repair``).
+    """
+    return {
+        "ecc": {
+            "corrected": {"volatile": 0, "aggregate": 0},
+            "uncorrected": {"volatile": 0, "aggregate": 0},
+        },
+        "remapped_rows": {"corrected": 0, "uncorrected": 0, "pending": False, "failure": False},
+        "retired_pages": {"single_bit": [], "double_bit": [], "pending": False},
+    }
+
+
+def health(gpu: dict[str, Any]) -> dict[str, Any]:
+    """``gpu``'s health state; a state file written before health existed reads as healthy."""
+    return gpu.get("health") or new_health()
 
 
 def load(path: str) -> State:
@@ -161,6 +185,12 @@ def _gpu_problem(gpu: Any, position: int) -> str | None:
         return f"{where}.pci_bus_id {gpu['pci_bus_id']!r} is not like 00000000:07:00.0"
     if not all(isinstance(unit, str) for unit in gpu["held_by"]):
         return f"{where}.held_by must list unit names"
+    if "health" in gpu and not _healthy_shape(gpu["health"]):
+        return (
+            f"{where}.health must be {{ecc: {{corrected, uncorrected}}: {{volatile, aggregate}}, "
+            "remapped_rows: {corrected, uncorrected, pending, failure}, retired_pages: "
+            "{single_bit, double_bit, pending}} (see gpuprov.sim.state.new_health)"
+        )
     for n, gi in enumerate(gpu["gpu_instances"]):
         if not _shaped(gi, {**_PLACED, "profile_id": int, "compute_instances": list}):
             return (
@@ -174,6 +204,27 @@ def _gpu_problem(gpu: Any, position: int) -> str | None:
                     "start, size"
                 )
     return None
+
+
+def _healthy_shape(value: Any) -> bool:
+    counters = {"volatile": int, "aggregate": int}
+    ecc = value.get("ecc") if isinstance(value, dict) else None
+    pages = value.get("retired_pages") if isinstance(value, dict) else None
+    return (
+        _shaped(value, {"ecc": dict, "remapped_rows": dict, "retired_pages": dict})
+        and _shaped(ecc, {"corrected": dict, "uncorrected": dict})
+        and all(_shaped(ecc[kind], counters) for kind in ("corrected", "uncorrected"))
+        and _shaped(
+            value["remapped_rows"],
+            {"corrected": int, "uncorrected": int, "pending": bool, "failure": bool},
+        )
+        and _shaped(pages, {"single_bit": list, "double_bit": list, "pending": bool})
+        and all(
+            _shaped(page, {"address": int, "timestamp": int})
+            for cause in ("single_bit", "double_bit")
+            for page in pages[cause]
+        )
+    )
 
 
 def _shaped(value: Any, required: dict[str, Any], optional: dict[str, Any] | None = None) -> bool:
@@ -261,6 +312,10 @@ def reboot(state: State) -> State:
     for gpu in state["gpus"]:
         _reset(gpu)
         gpu["busy"] = False
+        if "health" in gpu:
+            # A driver reload retires the pending pages (dynamic page retirement docs: "reload
+            # the driver to activate").
+            gpu["health"]["retired_pages"]["pending"] = False
     return state
 
 
@@ -297,5 +352,12 @@ def unit_active(unit: str) -> bool:
 
 
 def _reset(gpu: dict[str, Any]) -> None:
+    """What a GPU reset does: pending MIG mode current, instances gone, pending row remappings
+    active ("A reset will be required to actually remap the row", nvmlDeviceGetRemappedRows
+    docs), volatile ECC counts cleared."""
     gpu["mig_current"] = gpu["mig_pending"]
     gpu["gpu_instances"] = []
+    if "health" in gpu:
+        gpu["health"]["remapped_rows"]["pending"] = False
+        for counts in gpu["health"]["ecc"].values():
+            counts["volatile"] = 0

@@ -29,6 +29,8 @@ from gpuprov.contract import SIM_ENV, SIM_SCHEMA, SIM_STATE_PATH, SIM_TRACE_ENV
 from gpuprov.sim import nvml
 
 LIBRARY = "libnvidia-ml.so.1"
+# The catalog's memory_repair as the C model table numbers it (0: not recorded).
+MEMORY_REPAIR = {"row-remapping": 1, "page-retirement": 2}
 SOURCES = ("nvml_sim.c", "json.c", "uuid5.c")
 HEADERS = ("json.h", "uuid5.h", "unsupported.h")
 CACHE = Path("/var/tmp")
@@ -95,6 +97,10 @@ def sim_data_header() -> str:
         f"#define MEMORY_V2 {pynvml.nvmlMemory_v2:#x}u",
         f"#define GPU_INSTANCE_PROFILE_INFO_V2 {pynvml.nvmlGpuInstanceProfileInfo_v2:#x}u",
         f"#define COMPUTE_INSTANCE_PROFILE_INFO_V2 {pynvml.nvmlComputeInstanceProfileInfo_v2:#x}u",
+        f"#define MEMORY_LOCATION_COUNT {pynvml.NVML_MEMORY_LOCATION_COUNT}",
+        f"#define MEMORY_LOCATION_DRAM {pynvml.NVML_MEMORY_LOCATION_DRAM}",
+        f"#define REPAIR_ROW_REMAPPING {MEMORY_REPAIR['row-remapping']}",
+        f"#define REPAIR_PAGE_RETIREMENT {MEMORY_REPAIR['page-retirement']}",
         "static const unsigned char MIG_UUID_NAMESPACE[16] = {"
         + ", ".join(f"{b:#04x}" for b in nvml.MIG_UUID_NAMESPACE.bytes)
         + "};",
@@ -126,7 +132,8 @@ def sim_data_header() -> str:
         models.append(
             f"{{{_c(model.alias)}, NAMES_{m}, {len(model.nvml_names)}, {pci:#x}u, "
             f"{model.memory_mib}ULL, {model.memory_slots}, {model.compute_slices}, "
-            f"{f'PROFILES_{m}' if profiles else 'NULL'}, {len(profiles)}, {major}, {minor}}}"
+            f"{f'PROFILES_{m}' if profiles else 'NULL'}, {len(profiles)}, {major}, {minor}, "
+            f"{MEMORY_REPAIR.get(model.memory_repair, 0)}}}"
         )
     lines.append(f"static const struct sim_model MODELS[] = {{{', '.join(models)}}};")
     errors = {"NVML_SUCCESS": pynvml.NVML_SUCCESS}

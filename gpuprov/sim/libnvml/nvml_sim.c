@@ -61,6 +61,7 @@ struct sim_model {
     const struct sim_profile *profiles;
     unsigned profile_count;
     unsigned cc_major, cc_minor;
+    unsigned memory_repair; /* REPAIR_ROW_REMAPPING, REPAIR_PAGE_RETIREMENT or 0 */
 };
 struct sim_error {
     int code;
@@ -135,6 +136,7 @@ _Static_assert((COMPUTE_INSTANCE_PROFILE_INFO_V2 & 0xFFFFFF) ==
 #define MAX_GPUS 64
 #define MAX_GIS 8
 #define MAX_CIS 8
+#define MAX_PAGES 64 /* retired pages per cause; a state with more reads as UNKNOWN */
 
 struct sim_ci {
     unsigned id, profile_id, start, size;
@@ -142,6 +144,18 @@ struct sim_ci {
 struct sim_gi {
     unsigned id, profile_id, start, size, ci_count;
     struct sim_ci cis[MAX_CIS];
+};
+struct sim_page {
+    unsigned long long address, timestamp;
+};
+/* gpuprov.sim.state.new_health: zeros when the state file has no "health" for the GPU. */
+struct sim_health {
+    unsigned long long ecc[2][2]; /* [corrected, uncorrected][volatile, aggregate] */
+    unsigned remap_corrected, remap_uncorrected;
+    int remap_pending, remap_failure;
+    unsigned page_count[2]; /* [single_bit, double_bit] */
+    struct sim_page pages[2][MAX_PAGES];
+    int pages_pending;
 };
 struct sim_gpu {
     unsigned index;
@@ -151,6 +165,7 @@ struct sim_gpu {
     int mig_current, mig_pending;
     unsigned gi_count;
     struct sim_gi gis[MAX_GIS];
+    struct sim_health health;
 };
 struct sim_state {
     int loaded;
@@ -218,6 +233,53 @@ static int read_string(const struct json_node *object, const char *key, char *ou
     return 1;
 }
 
+static int read_u64(const struct json_node *object, const char *key, unsigned long long *out)
+{
+    const struct json_node *n = json_get(object, key);
+    if (n == NULL || n->type != JSON_NUMBER || n->number < 0 || n->number > 9007199254740992.0 ||
+        n->number != (double)(unsigned long long)n->number)
+        return 0;
+    *out = (unsigned long long)n->number;
+    return 1;
+}
+
+/* The "health" object of a GPU (gpuprov.sim.state.new_health); 1 when absent or well formed. */
+static int read_health(const struct json_node *node, struct sim_health *h)
+{
+    static const char *const kinds[2] = {"corrected", "uncorrected"};
+    static const char *const counters[2] = {"volatile", "aggregate"};
+    static const char *const causes[2] = {"single_bit", "double_bit"};
+    const struct json_node *health = json_get(node, "health");
+    const struct json_node *ecc = json_get(health, "ecc");
+    const struct json_node *rows = json_get(health, "remapped_rows");
+    const struct json_node *retired = json_get(health, "retired_pages");
+    if (health == NULL)
+        return 1;
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < 2; c++)
+            if (!read_u64(json_get(ecc, kinds[k]), counters[c], &h->ecc[k][c]))
+                return 0;
+    if (!read_uint(rows, "corrected", &h->remap_corrected) ||
+        !read_uint(rows, "uncorrected", &h->remap_uncorrected) ||
+        !read_bool(rows, "pending", &h->remap_pending) ||
+        !read_bool(rows, "failure", &h->remap_failure) ||
+        !read_bool(retired, "pending", &h->pages_pending))
+        return 0;
+    for (int c = 0; c < 2; c++) {
+        const struct json_node *list = json_get(retired, causes[c]);
+        if (list == NULL || list->type != JSON_ARRAY)
+            return 0;
+        for (const struct json_node *p = list->child; p != NULL; p = p->next) {
+            struct sim_page *page = &h->pages[c][h->page_count[c]];
+            if (h->page_count[c] == MAX_PAGES || !read_u64(p, "address", &page->address) ||
+                !read_u64(p, "timestamp", &page->timestamp))
+                return 0;
+            h->page_count[c]++;
+        }
+    }
+    return 1;
+}
+
 static int by_ci_id(const void *a, const void *b)
 {
     unsigned x = ((const struct sim_ci *)a)->id, y = ((const struct sim_ci *)b)->id;
@@ -238,7 +300,8 @@ static int read_gpu(const struct json_node *node, struct sim_gpu *gpu)
         !read_string(node, "uuid", gpu->uuid, sizeof(gpu->uuid)) ||
         !read_string(node, "pci_bus_id", gpu->pci_bus_id, sizeof(gpu->pci_bus_id)) ||
         !read_bool(node, "mig_current", &gpu->mig_current) ||
-        !read_bool(node, "mig_pending", &gpu->mig_pending) || gis == NULL || gis->type != JSON_ARRAY)
+        !read_bool(node, "mig_pending", &gpu->mig_pending) || gis == NULL ||
+        gis->type != JSON_ARRAY || !read_health(node, &gpu->health))
         return 0;
     gpu->model = find_model(model);
     for (const struct json_node *g = gis->child; g != NULL; g = g->next) {
@@ -1236,6 +1299,109 @@ static int device_attributes(struct sim_state *s, uintptr_t device, nvmlDeviceAt
     return NVML_SUCCESS;
 }
 
+/* -- health: ECC counts, row remapping, retired pages (gpuprov.sim.nvml, "health") ---------- */
+
+static int ecc_count(struct sim_state *s, uintptr_t device, int type, int counter,
+                     unsigned long long *out)
+{
+    struct sim_gpu *gpu;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (type < 0 || type > 1 || counter < 0 || counter > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *out = gpu->health.ecc[type][counter];
+    return NVML_SUCCESS;
+}
+
+static int total_ecc_errors(struct sim_state *s, uintptr_t device, int type, int counter,
+                            unsigned long long *count)
+{
+    unsigned long long errors;
+    int rc = ecc_count(s, device, type, counter, &errors);
+    if (rc == NVML_SUCCESS)
+        STORE(count, errors);
+    return rc;
+}
+
+static int memory_error_counter(struct sim_state *s, uintptr_t device, int type, int counter,
+                                int location, unsigned long long *count)
+{
+    unsigned long long errors;
+    int rc;
+    if (location < 0 || location >= MEMORY_LOCATION_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = ecc_count(s, device, type, counter, &errors);
+    if (rc == NVML_SUCCESS)
+        STORE(count, location == MEMORY_LOCATION_DRAM ? errors : 0ULL);
+    return rc;
+}
+
+static int remapped_rows(struct sim_state *s, uintptr_t device, unsigned *corrected,
+                         unsigned *uncorrected, unsigned *pending, unsigned *failure)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = model_of(gpu, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (model->memory_repair != REPAIR_ROW_REMAPPING || (gpu->mig_current && gpu->gi_count))
+        return NVML_ERROR_NOT_SUPPORTED;
+    STORE(corrected, gpu->health.remap_corrected);
+    STORE(uncorrected, gpu->health.remap_uncorrected);
+    STORE(pending, (unsigned)gpu->health.remap_pending);
+    STORE(failure, (unsigned)gpu->health.remap_failure);
+    return NVML_SUCCESS;
+}
+
+static int page_retirement(struct sim_state *s, uintptr_t device, struct sim_gpu **gpu)
+{
+    const struct sim_model *model;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, gpu);
+    if (rc == NVML_SUCCESS)
+        rc = model_of(*gpu, &model);
+    if (rc == NVML_SUCCESS && model->memory_repair != REPAIR_PAGE_RETIREMENT)
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    return rc;
+}
+
+static int retired_pages_pending(struct sim_state *s, uintptr_t device, int *pending)
+{
+    struct sim_gpu *gpu;
+    int rc = page_retirement(s, device, &gpu);
+    if (rc == NVML_SUCCESS)
+        STORE(pending, gpu->health.pages_pending);
+    return rc;
+}
+
+/* nvml.h: *count in is the buffers' size, out the number of pages; too small (0 with no buffer
+ * asks for the size) is INSUFFICIENT_SIZE with the count set. */
+static int retired_pages(struct sim_state *s, uintptr_t device, int cause, unsigned *count,
+                         unsigned long long *addresses, unsigned long long *timestamps)
+{
+    struct sim_gpu *gpu;
+    unsigned room, n;
+    int rc = page_retirement(s, device, &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (cause < 0 || cause > 1 || count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    room = *count;
+    n = gpu->health.page_count[cause];
+    *count = n;
+    if (room < n)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (unsigned i = 0; i < n; i++) {
+        if (addresses)
+            addresses[i] = gpu->health.pages[cause][i].address;
+        if (timestamps)
+            timestamps[i] = gpu->health.pages[cause][i].timestamp;
+    }
+    return NVML_SUCCESS;
+}
+
 /* -- the exported C ABI --------------------------------------------------------------------- */
 
 static int init(const char *symbol)
@@ -1363,6 +1529,19 @@ EXPORT int nvmlDeviceGetDeviceHandleFromMigDeviceHandle(uintptr_t device, uintpt
     SERVED(nvmlDeviceGetDeviceHandleFromMigDeviceHandle, nvmlDeviceGetDeviceHandleFromMigDeviceHandle, parent_device(s, device, parent))
 EXPORT int nvmlDeviceGetAttributes_v2(uintptr_t device, nvmlDeviceAttributes_t *attributes)
     SERVED(nvmlDeviceGetAttributes_v2, nvmlDeviceGetAttributes_v2, device_attributes(s, device, attributes))
+
+EXPORT int nvmlDeviceGetTotalEccErrors(uintptr_t device, int type, int counter, unsigned long long *count)
+    SERVED(nvmlDeviceGetTotalEccErrors, nvmlDeviceGetTotalEccErrors, total_ecc_errors(s, device, type, counter, count))
+EXPORT int nvmlDeviceGetMemoryErrorCounter(uintptr_t device, int type, int counter, int location, unsigned long long *count)
+    SERVED(nvmlDeviceGetMemoryErrorCounter, nvmlDeviceGetMemoryErrorCounter, memory_error_counter(s, device, type, counter, location, count))
+EXPORT int nvmlDeviceGetRemappedRows(uintptr_t device, unsigned *corrected, unsigned *uncorrected, unsigned *pending, unsigned *failure)
+    SERVED(nvmlDeviceGetRemappedRows, nvmlDeviceGetRemappedRows, remapped_rows(s, device, corrected, uncorrected, pending, failure))
+EXPORT int nvmlDeviceGetRetiredPagesPendingStatus(uintptr_t device, int *pending)
+    SERVED(nvmlDeviceGetRetiredPagesPendingStatus, nvmlDeviceGetRetiredPagesPendingStatus, retired_pages_pending(s, device, pending))
+EXPORT int nvmlDeviceGetRetiredPages(uintptr_t device, int cause, unsigned *count, unsigned long long *addresses)
+    SERVED(nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPages, retired_pages(s, device, cause, count, addresses, NULL))
+EXPORT int nvmlDeviceGetRetiredPages_v2(uintptr_t device, int cause, unsigned *count, unsigned long long *addresses, unsigned long long *timestamps)
+    SERVED(nvmlDeviceGetRetiredPages_v2, nvmlDeviceGetRetiredPages_v2, retired_pages(s, device, cause, count, addresses, timestamps))
 
 /* Everything else: NOT_SUPPORTED, whatever the arguments (the caller cleans up its own stack on
  * x86-64 and AArch64, so a function that ignores its parameters is safe to call with any). */
