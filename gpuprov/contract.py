@@ -121,6 +121,20 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 MIG_STRATEGIES = ("none", "single", "mixed")
 
+# --- MPS (`sharing_strategy: mps` on `shared` hosts) ----------------------------------------------
+# The device plugin's sharing strategies (k8s-device-plugin api/config/v1/sharing.go): the plugin
+# writes `sharing.timeSlicing` or `sharing.mps` from the same replicas.
+SHARING_TIME_SLICING = "time-slicing"
+SHARING_MPS = "mps"
+SHARING_STRATEGIES = (SHARING_TIME_SLICING, SHARING_MPS)
+# Where NVIDIA's MPS control daemon keeps its per-resource pipe and log directories and the shm
+# tmpfs it mounts (`flags.mpsRoot`; the helm chart's `mps.root` default, which it mounts into the
+# daemon and the plugin at /mps: deployments/helm/nvidia-device-plugin/values.yaml).
+MPS_ROOT = "/run/nvidia/mps"
+MPS_ROOT_MODE = "0755"  # what the daemon creates its own directories with (mps/daemon.go)
+# /run is a tmpfs: a tmpfiles.d entry makes the root again at every boot (tmpfiles.d(5)).
+MPS_TMPFILES_PATH = "/etc/tmpfiles.d/gpuprov-mps.conf"
+
 # --- Kubernetes objects (gpuprov kube) ---------------------------------------------------------
 # The node label NVIDIA's config-manager sidecar reads to pick a named device plugin config
 # (k8s-device-plugin cmd/config-manager) and the one the GPU Operator's MIG manager watches

@@ -59,23 +59,30 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
     Keys outside gpuprov's registry belong to other tools (Kubespray, Ansible roles) and are
     ignored, unless they are a near miss of a gpuprov key; --strict lists each as an error."""
     _, cluster = load_plan(inventory, limit, strict)
+    warn(cluster)
     if fmt == "json":
         emit_json(cluster.as_dict())
         return
     rows = []
     for host in cluster.hosts:
-        sharing = f"x{host.time_slicing.replicas}" if host.time_slicing else ""
+        sharing = memory = ""
+        if host.time_slicing:
+            sharing = f"{host.time_slicing.strategy} x{host.time_slicing.replicas}"
+            memory = host.time_slicing.memory.label() if host.time_slicing.memory else ""
         rows.append(
             [
                 host.name,
                 host.mode,
                 f"{host.gpu_count} x {host.gpu_model}",
                 sharing,
+                memory,
                 host.kubelet_max_pods,
                 "\n".join(f"{_short(k)}: {v}" for k, v in host.resources.items()),
             ]
         )
-    click.echo(table(rows, ["host", "mode", "gpus", "slicing", "maxPods", "resources"]))
+    click.echo(
+        table(rows, ["host", "mode", "gpus", "sharing", "memory/share", "maxPods", "resources"])
+    )
     layouts = [
         [host.name, f"GPU {plan_.index_ranges(ix)}", text]
         for host in cluster.hosts
@@ -86,6 +93,13 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
         click.echo(table(layouts, ["host", "gpus", "MIG instances (profile@start slot)"]))
     click.echo()
     click.echo(table([[k, v] for k, v in cluster.totals.items()], ["resource", "cluster total"]))
+
+
+def warn(cluster: plan_.ClusterPlan) -> None:
+    """Say on stderr what the plan allows only because the inventory insisted (a memory
+    overcommit), every time it is planned."""
+    for warning in cluster.warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _short(resource: str) -> str:
