@@ -141,6 +141,11 @@ MPS_TMPFILES_PATH = "/etc/tmpfiles.d/gpuprov-mps.conf"
 # (mig-parted cmd/nvidia-mig-manager).
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+# The node label the device plugin chart's MPS control daemon DaemonSet selects (GPU Feature
+# Discovery sets it when a node's config shares with MPS; gpuprov sets it from the plan so the
+# daemon runs without GFD): deployments/helm/nvidia-device-plugin/templates/
+# daemonset-mps-control-daemon.yml.
+MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
 KUBE_LABEL_DOMAIN = "gpuprov.io"
 POOL_LABEL = f"{KUBE_LABEL_DOMAIN}/pool"  # default pool label and taint key, value = the mode
 OWNED_TAINTS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/taints"  # the taints gpuprov set last time

@@ -28,6 +28,7 @@ from gpuprov.contract import (
     DEVICE_PLUGIN_CONFIG_PATH,
     KUBELET_CONFIG_PATH,
     MIG_CONFIG_LABEL,
+    MPS_CAPABLE_LABEL,
     MPS_ROOT,
     POOL_LABEL,
     SHARING_STRATEGIES,
@@ -527,7 +528,7 @@ _LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Set from the plan by `gpuprov kube`, never by hand.
-_PLAN_LABELS = (DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL)
+_PLAN_LABELS = (DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, MPS_CAPABLE_LABEL)
 
 
 def _label_key(key: str) -> str:

@@ -32,6 +32,10 @@ INVENTORY = """\
                       "time_slicing_rename": False}),
             ("ts-4", {"gpu_model": "L40S", "time_slicing_replicas": 8,
                       "time_slicing_fail_requests_greater_than_one": False}),
+            ("mps-1", {"sharing_strategy": "mps"}),
+            ("mps-2", {"gpu_model": "H100-80GB", "sharing_strategy": "mps",
+                       "time_slicing_replicas": 3, "time_slicing_rename": False,
+                       "time_slicing_fail_requests_greater_than_one": False}),
         ],
         {"gpu_model": "A100-80GB", "gpu_count": 2, "time_slicing_replicas": 4},
     )
@@ -64,6 +68,8 @@ def test_one_named_config_per_kind_of_host_and_a_label_per_node(cluster):
     assert sorted(rendered.device_plugin_configs) == [
         "mig-mixed",
         "mig-single",
+        "shared-mps-r3-norename-multi",
+        "shared-mps-r4",
         "shared-r2-norename",
         "shared-r4",
         "shared-r8-multi",
@@ -75,6 +81,8 @@ def test_one_named_config_per_kind_of_host_and_a_label_per_node(cluster):
         "ts-2": "shared-r4",
         "ts-3": "shared-r2-norename",
         "ts-4": "shared-r8-multi",
+        "mps-1": "shared-mps-r4",
+        "mps-2": "shared-mps-r3-norename-multi",
         "mig-1": "mig-mixed",
         "mig-2": "mig-single",
         "train-1.example": "whole",
@@ -128,8 +136,19 @@ def test_nvidia_device_plugin_accepts_every_named_config_with_the_planned_resour
         config_file.write_text(configmap["data"][name])
         effective = _effective_config(plugin, config_file)
         assert effective["flags"]["migStrategy"] == (host.mig_strategy or "none")
-        slicing = effective.get("sharing", {}).get("timeSlicing", {}).get("resources", [])
-        if host.mode == "shared":
+        sharing = effective.get("sharing", {})
+        slicing = sharing.get("timeSlicing", {}).get("resources", [])
+        if host.mode == "shared" and host.time_slicing.strategy == "mps":
+            # Written out in full: the plugin's parse leaves nothing to its defaults.
+            assert sharing["mps"]["failRequestsGreaterThanOne"] == (
+                host.time_slicing.fail_requests_greater_than_one
+            )
+            assert effective["flags"]["mpsRoot"] == host.settings["mps_root"]
+            (resource,) = sharing["mps"]["resources"]
+            advertised = resource.get("rename") or resource["name"]
+            assert {advertised: resource["replicas"] * host.gpu_count} == host.resources
+            assert slicing == []
+        elif host.mode == "shared":
             (resource,) = slicing
             advertised = resource.get("rename") or resource["name"]
             assert {advertised: resource["replicas"] * host.gpu_count} == host.resources
@@ -208,6 +227,32 @@ def test_helm_values_follow_the_plan(tmp_path):
     assert chart["config"] == {"name": "gpuprov-device-plugin-configs", "default": "whole"}
 
 
+def test_mps_nodes_get_the_label_the_mps_daemon_selects_and_the_chart_their_mps_root(cluster):
+    rendered = render(cluster, "nvidia-device-plugin")
+    capable = {n.host for n in rendered.nodes if n.labels.get("nvidia.com/mps.capable") == "true"}
+    assert capable == {"mps-1", "mps-2"}
+    (chart,) = rendered.files["device-plugin-values.yaml"][1]
+    assert chart["mps"] == {"root": "/run/nvidia/mps"}
+    assert not any("mps" in w for w in rendered.warnings)
+
+
+def test_another_mps_root_is_another_config_and_a_warning_about_the_one_chart_value(tmp_path):
+    path = write_inventory(
+        tmp_path,
+        """\
+        shared = (["a", ("b", {"mps_root": "/var/lib/nvidia-mps"})], {"gpu_model": "T4",
+            "gpu_count": 1, "time_slicing_replicas": 2, "sharing_strategy": "mps"})
+        """,
+    )
+    rendered = render(build(load(str(path))), "ns")
+    names = {n.host: n.labels["nvidia.com/device-plugin.config"] for n in rendered.nodes}
+    assert names["a"] == "shared-mps-r2"
+    assert names["b"].startswith("shared-mps-r2-root-") and len(names["b"]) <= 63
+    assert rendered.device_plugin_configs[names["b"]]["flags"]["mpsRoot"] == ("/var/lib/nvidia-mps")
+    [warning] = rendered.warnings
+    assert "one mps.root" in warning and "/var/lib/nvidia-mps" in warning
+
+
 def test_render_writes_files_or_one_yaml_stream(tmp_path):
     path = inventory(tmp_path)
     out = tmp_path / "out"
@@ -228,7 +273,7 @@ def test_render_writes_files_or_one_yaml_stream(tmp_path):
     assert result.exit_code == 0, result.output
     documents = list(yaml.safe_load_all(result.stdout))
     kinds = [d.get("kind") for d in documents]
-    assert kinds.count("ConfigMap") == 1 and kinds.count("Node") == 7
+    assert kinds.count("ConfigMap") == 1 and kinds.count("Node") == 9
 
 
 def test_a_bad_taint_is_refused_naming_host_and_key(tmp_path):

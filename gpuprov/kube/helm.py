@@ -38,14 +38,19 @@ def tolerations(taints: Iterable[Taint]) -> list[dict[str, str]]:
     return _DEFAULT_TOLERATIONS + [{"key": key, "operator": "Exists"} for key in keys]
 
 
-def device_plugin_chart(taints: Iterable[Taint]) -> dict[str, Any]:
+def device_plugin_chart(taints: Iterable[Taint], mps_root: str | None = None) -> dict[str, Any]:
     """Values for the ``nvidia-device-plugin`` chart: gpuprov's ConfigMap, its default, and the
-    plugin only on nodes gpuprov labelled (no Node Feature Discovery needed)."""
-    return {
+    plugin only on nodes gpuprov labelled (no Node Feature Discovery needed); with MPS hosts,
+    the chart's ``mps.root`` (the host directory its MPS control daemon and the plugin mount at
+    /mps) set to their ``mps_root``."""
+    values: dict[str, Any] = {
         "config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": DEVICE_PLUGIN_DEFAULT_CONFIG},
         "affinity": _on_gpuprov_nodes(),
         "tolerations": tolerations(taints),
     }
+    if mps_root is not None:
+        values["mps"] = {"root": mps_root}
+    return values
 
 
 def gpu_operator(

@@ -22,6 +22,7 @@ from gpuprov.contract import (
     MIG_CONFIG_LABEL,
     MIG_PARTED_CONFIGMAP,
     MIG_PARTED_CONFIGMAP_KEY,
+    MPS_CAPABLE_LABEL,
     OWNED_LABELS_ANNOTATION,
     OWNED_TAINTS_ANNOTATION,
 )
@@ -125,6 +126,8 @@ def render(
             )
         seen[node] = host.name
         labels = {**pool_labels(host), DEVICE_PLUGIN_CONFIG_LABEL: name}
+        if "mps" in config.get("sharing", {}):
+            labels[MPS_CAPABLE_LABEL] = "true"
         if mig is not None and host.name in mig.host_configs:
             labels[MIG_CONFIG_LABEL] = mig.host_configs[host.name]
         if only is None or host.name in only:
@@ -138,6 +141,13 @@ def render(
     )
     if mig is not None and mig.host_configs:
         warnings.insert(0, partedconfig.PLACEMENT_WARNING)
+    mps_roots = sorted({c["flags"]["mpsRoot"] for c in configs.values() if "mpsRoot" in c["flags"]})
+    if len(mps_roots) > 1:
+        # The chart mounts one host directory for every node's MPS daemon and plugin.
+        warnings.append(
+            f"the device plugin chart has one mps.root for the whole cluster; the plan has "
+            f"mps_root {' and '.join(mps_roots)}: values set {mps_roots[0]}"
+        )
 
     files: dict[str, tuple[str, list[Any]]] = {}
     files["device-plugin-configmap.yaml"] = (
@@ -163,7 +173,7 @@ def render(
     )
     files["device-plugin-values.yaml"] = (
         "Helm values for NVIDIA's nvidia-device-plugin chart (docs/kubernetes.md).",
-        [helm.device_plugin_chart(all_taints)],
+        [helm.device_plugin_chart(all_taints, mps_roots[0] if mps_roots else None)],
     )
     files["gpu-operator-values.yaml"] = (
         "Helm values for NVIDIA's gpu-operator chart (docs/kubernetes.md).",
