@@ -1,0 +1,34 @@
+"""The host side of MPS (``sharing_strategy: mps``): the MPS root directory, now and at every
+boot. The MPS control daemon itself, its shm mount and its pipes are the device plugin chart's
+(docs/sharing.md). A host that stops using MPS loses the boot entry; the directory under /run
+stays until the next boot, since the chart's daemon may still hold its shm mount."""
+
+from __future__ import annotations
+
+from pyinfra.api import deploy
+from pyinfra.operations import files
+
+from gpuprov.contract import MPS_ROOT_MODE, MPS_TMPFILES_PATH
+from gpuprov.deploys.view import HostView, Watch, ensure_file
+from gpuprov.hostfiles import mps_root
+
+
+def watch() -> Watch:
+    return Watch(paths=(MPS_TMPFILES_PATH,))
+
+
+@deploy("MPS root")
+def mps(view: HostView) -> None:
+    text = mps_root.render(view.plan)
+    root = mps_root.root(view.plan)
+    what = f"MPS root {root} made at boot" if root else "no MPS root (host does not use MPS)"
+    ensure_file(view, what, MPS_TMPFILES_PATH, text or "", present=text is not None)
+    if root is not None:
+        files.directory(
+            name=f"MPS root {root}",
+            path=root,
+            present=True,
+            user="root",
+            group="root",
+            mode=MPS_ROOT_MODE.lstrip("0"),
+        )
