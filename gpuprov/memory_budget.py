@@ -13,7 +13,7 @@ and the plugin config has no key for another limit. Any strategy that splits a G
 >>> overcommitted(81920, 4, 20) is None
 True
 >>> print(overcommitted(81920, 10, 10))
-10 shares x 10 GiB = 100 GiB is more than one GPU's 80 GiB (81920 MiB); 8 shares of 10 GiB fit, or 8 GiB per share for 10
+10 shares x 10 GiB = 102400 MiB is more than one GPU's 81920 MiB (80 GiB); 8 shares of 10 GiB fit, or 8 GiB per share for 10
 >>> share_memory(81920, 4, None, "time-slicing").label()
 '20 GiB (not enforced)'
 >>> share_memory(81920, 4, None, "mps").label()
@@ -22,6 +22,7 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpuprov.contract import SHARING_MPS
@@ -30,12 +31,13 @@ MIB_PER_GIB = 1024
 
 
 def gib(mib: float) -> str:
-    """MiB as GiB for a message: at most one decimal, none when whole.
+    """MiB as GiB for a message: at most one decimal, none when whole, rounded down (a share
+    shown as fitting must fit).
 
-    >>> gib(81920), gib(143771), gib(7680)
-    ('80', '140.4', '7.5')
+    >>> gib(81920), gib(143771), gib(7680), gib(46068 // 3)
+    ('80', '140.4', '7.5', '14.9')
     """
-    return f"{mib / MIB_PER_GIB:.1f}".removesuffix(".0")
+    return f"{math.floor(mib * 10 / MIB_PER_GIB) / 10:.1f}".removesuffix(".0")
 
 
 def overcommitted(gpu_memory_mib: int, shares: int, budget_gib: float) -> str | None:
@@ -46,8 +48,8 @@ def overcommitted(gpu_memory_mib: int, shares: int, budget_gib: float) -> str | 
         return None
     fitting = int(gpu_memory_mib // budget_mib)
     return (
-        f"{shares} shares x {gib(budget_mib)} GiB = {gib(shares * budget_mib)} GiB is more than "
-        f"one GPU's {gib(gpu_memory_mib)} GiB ({gpu_memory_mib} MiB); {fitting} shares of "
+        f"{shares} shares x {gib(budget_mib)} GiB = {shares * budget_mib:g} MiB is more than "
+        f"one GPU's {gpu_memory_mib} MiB ({gib(gpu_memory_mib)} GiB); {fitting} shares of "
         f"{gib(budget_mib)} GiB fit, or {gib(gpu_memory_mib // shares)} GiB per share for {shares}"
     )
 
