@@ -233,20 +233,38 @@ def _log_until(log: Path, text: str, timeout: float = TIMEOUT) -> str:
     return log.read_text()
 
 
-def test_mps_without_a_control_daemon_waits_and_never_registers(tmp_path, plugin, library):
+@pytest.mark.parametrize(
+    "control,why",
+    [
+        (
+            None,
+            'failed to start NVIDIA MPS command: exec: "nvidia-cuda-mps-control": executable '
+            "file not found in $PATH",
+        ),
+        # What the lab's simulated nvidia-cuda-mps package does: no MPS server answers.
+        ("#!/bin/sh\nexit 1\n", "failed to send command to MPS daemon: exit status 1"),
+    ],
+    ids=["no binary", "no daemon answering"],
+)
+def test_mps_without_a_control_daemon_waits_and_never_registers(
+    tmp_path, plugin, library, monkeypatch, control, why
+):
     """The plugin enumerates the GPUs, then asks the MPS control daemon for its health before
     it serves anything (internal/plugin/mps.go waitForDaemon): with no daemon it fails that
     plugin and retries every 30 s, and no resource is ever offered to the kubelet."""
+    if control is not None:
+        stand_in = tmp_path / "bin" / "nvidia-cuda-mps-control"
+        stand_in.parent.mkdir()
+        stand_in.write_text(control)
+        stand_in.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     state = new_host(tmp_path, "A100-80GB", 2)
     (tmp_path / "device-plugins").mkdir()
     with running_plugin(tmp_path, plugin, library, state, mps_config(tmp_path)) as log:
         text = _log_until(log, "Retrying in 30s")
         assert list((tmp_path / "device-plugins").iterdir()) == []
     assert '"mpsRoot": "/run/nvidia/mps"' in text
-    assert (
-        "error waiting for MPS daemon: error checking MPS daemon health: failed to start NVIDIA "
-        'MPS command: exec: "nvidia-cuda-mps-control": executable file not found in $PATH'
-    ) in text
+    assert f"error waiting for MPS daemon: error checking MPS daemon health: {why}" in text
     assert "Starting to serve" not in text
 
 
