@@ -200,7 +200,7 @@ def test_an_mps_host_gets_its_mps_root_now_and_at_boot_and_the_overcommit_warnin
     _, output, commands = run_deploy(write_inventory(tmp_path, shared=shared), monkeypatch)
     ran = "\n".join(commands["@fake/gpu-a100"])
     assert "/etc/tmpfiles.d/.gpuprov-mps.conf.gpuprov-tmp" in ran
-    assert "mkdir -p /run/nvidia/mps" in ran and "chmod 755 /run/nvidia/mps" in ran
+    assert "systemd-tmpfiles --create /etc/tmpfiles.d/gpuprov-mps.conf" in ran
     whole = "\n".join(commands["@fake/gpu-h200"])
     assert "/run/nvidia/mps" not in whole
     assert "memory overcommitted" in output + capsys.readouterr().err

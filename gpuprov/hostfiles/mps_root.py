@@ -19,6 +19,7 @@ d "/run/nvidia/mps" 0755 root root -
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +54,11 @@ def entry(path: str) -> str:
     """
     quoted = path.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
     return f'd "{quoted}" {MPS_ROOT_MODE} root root -'
+
+
+def create_command() -> str:
+    """What makes the root now, as the entry makes it at boot (and fixes its mode and owner)."""
+    return f"systemd-tmpfiles --create {shlex.quote(MPS_TMPFILES_PATH)}"
 
 
 def render(plan: Any) -> str | None:
@@ -104,6 +110,7 @@ def check(plan: Any, files: Mapping[str, Any]) -> list[Finding]:
             CHECK,
             f"the MPS root {wanted_root} (a directory)",
             "missing" if found is None else "not a directory",
-            hint,
+            f"{create_command()} makes it (the deploy runs it when it writes the entry; "
+            "every boot does)",
         )
     return report.findings
