@@ -108,7 +108,9 @@ def running_plugin(
     try:
         yield log
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        # A plugin that refused its config has exited already (and may have been reaped).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
