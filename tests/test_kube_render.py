@@ -232,7 +232,8 @@ def test_mps_nodes_get_the_label_the_mps_daemon_selects_and_the_chart_their_mps_
     capable = {n.host for n in rendered.nodes if n.labels.get("nvidia.com/mps.capable") == "true"}
     assert capable == {"mps-1", "mps-2"}
     (chart,) = rendered.files["device-plugin-values.yaml"][1]
-    assert chart["mps"] == {"root": "/run/nvidia/mps"}
+    (operator,) = rendered.files["gpu-operator-values.yaml"][1]
+    assert chart["mps"] == operator["devicePlugin"]["mps"] == {"root": "/run/nvidia/mps"}
     assert not any("mps" in w for w in rendered.warnings)
 
 

@@ -54,12 +54,14 @@ def device_plugin_chart(taints: Iterable[Taint], mps_root: str | None = None) ->
 
 
 def gpu_operator(
-    hosts: list[HostPlan], taints: Iterable[Taint], mig_manager: bool
+    hosts: list[HostPlan], taints: Iterable[Taint], mig_manager: bool, mps_root: str | None = None
 ) -> tuple[dict[str, Any], list[str]]:
     """Values for the ``gpu-operator`` chart, and warnings where the plan cannot be matched.
 
     Driver and toolkit installed by gpuprov (``driver_version``, ``container_toolkit_version``)
     are disabled in the operator; the MIG manager is on only when it, not gpuprov, applies MIG.
+    With MPS hosts, the device plugin's ``mps.root`` (ClusterPolicy ``devicePlugin.mps.root``,
+    gpu-operator api/nvidia/v1/clusterpolicy_types.go MPSConfig) is their ``mps_root``.
     """
     warnings: list[str] = []
     values: dict[str, Any] = {}
@@ -81,6 +83,8 @@ def gpu_operator(
             "default": DEVICE_PLUGIN_DEFAULT_CONFIG,
         }
     }
+    if mps_root is not None:
+        values["devicePlugin"]["mps"] = {"root": mps_root}
     values["migManager"] = {"enabled": mig_manager}
     if mig_manager:
         values["migManager"]["config"] = {

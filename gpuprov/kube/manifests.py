@@ -136,16 +136,20 @@ def render(
         raise InputError(problems)
     configs = dict(sorted(configs.items()))
     all_taints = [t for n in nodes for t in n.taints]
+    mps_roots = sorted({c["flags"]["mpsRoot"] for c in configs.values() if "mpsRoot" in c["flags"]})
     operator_values, warnings = helm.gpu_operator(
-        list(cluster.hosts), all_taints, mig_manager == "operator"
+        list(cluster.hosts),
+        all_taints,
+        mig_manager == "operator",
+        mps_roots[0] if mps_roots else None,
     )
     if mig is not None and mig.host_configs:
         warnings.insert(0, partedconfig.PLACEMENT_WARNING)
-    mps_roots = sorted({c["flags"]["mpsRoot"] for c in configs.values() if "mpsRoot" in c["flags"]})
     if len(mps_roots) > 1:
         # The chart mounts one host directory for every node's MPS daemon and plugin.
         warnings.append(
-            f"the device plugin chart has one mps.root for the whole cluster; the plan has "
+            f"the device plugin chart and the GPU Operator have one mps.root for the whole "
+            "cluster; the plan has "
             f"mps_root {' and '.join(mps_roots)}: values set {mps_roots[0]}"
         )
 
