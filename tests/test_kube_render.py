@@ -19,6 +19,7 @@ from gpuprov.hostfiles import device_plugin as host_file
 from gpuprov.inventory import load
 from gpuprov.kube.device_plugin import host_config
 from gpuprov.kube.manifests import render
+from gpuprov.kube.nodes import node_change
 from gpuprov.plan import build
 from inventories import write_inventory
 
@@ -303,3 +304,24 @@ def test_a_label_the_plan_sets_cannot_be_set_by_hand(tmp_path):
     result = CliRunner().invoke(main, ["kube", "render", str(path)])
     assert result.exit_code == 2
     assert "nvidia.com/device-plugin.config is set from the plan" in result.output
+
+
+def test_a_node_back_from_mps_to_time_slicing_loses_the_mps_label_gpuprov_set(tmp_path):
+    def node_state(strategy: str):
+        path = write_inventory(
+            tmp_path,
+            f"""\
+            shared = (["a"], {{"gpu_model": "T4", "gpu_count": 1, "time_slicing_replicas": 2,
+                "sharing_strategy": "{strategy}"}})
+            """,
+        )
+        (node,) = render(build(load(str(path))), "ns").nodes
+        return node
+
+    was = node_state("mps")
+    listed = {"metadata": {"name": "a", "labels": was.labels, "annotations": was.annotations}}
+    change = node_change(node_state("time-slicing"), listed)
+    assert change.labels == {
+        "nvidia.com/device-plugin.config": "shared-r2",
+        "nvidia.com/mps.capable": None,
+    }
