@@ -8,6 +8,7 @@ from plans import plan_for
 
 from gpuprov.contract import MPS_TMPFILES_PATH
 from gpuprov.hostfiles import mps_root
+from gpuprov.probe import read_files
 
 ROOT = "/run/nvidia/mps"
 DIRECTORY = {"error": "not a regular file (directory)"}
@@ -66,3 +67,9 @@ def test_a_file_where_the_root_should_be_is_not_a_directory(tmp_path):
     files = {MPS_TMPFILES_PATH: mps_root.render(plan), ROOT: "a file\n"}
     [finding] = mps_root.check(plan, files)
     assert finding.found == "not a directory"
+
+
+def test_the_probe_reports_a_directory_as_the_check_expects(tmp_path):
+    (tmp_path / "root").mkdir()
+    found = read_files([str(tmp_path / "root"), str(tmp_path / "none")], [])
+    assert found == {str(tmp_path / "root"): mps_root.DIRECTORY, str(tmp_path / "none"): None}
