@@ -270,8 +270,11 @@ def test_mps_without_a_control_daemon_waits_and_never_registers(
     assert "Starting to serve" not in text
 
 
+# single: what gpuprov's GPU Operator values give every plugin of a cluster without MIG hosts
+# (the operator's MIG_STRATEGY wins over the file); on MIG-off GPUs it is whole GPUs, as none.
+@pytest.mark.parametrize("strategy", ["none", "single"])
 def test_mps_with_a_daemon_that_answers_offers_the_replicas_and_asks_it_at_mps_root(
-    tmp_path, plugin, library, api, monkeypatch
+    tmp_path, plugin, library, api, monkeypatch, strategy
 ):
     """A stand-in for NVIDIA's nvidia-cuda-mps-control (the driver's binary, which the chart's
     daemon container gets from the host) that answers the health query: then the plugin offers
@@ -286,7 +289,8 @@ def test_mps_with_a_daemon_that_answers_offers_the_replicas_and_asks_it_at_mps_r
     stand_in.chmod(0o755)
     monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     state = new_host(tmp_path, "A100-80GB", 2)
-    offered = advertised(tmp_path, plugin, library, api, state, mps_config(tmp_path), 1)
+    config = mps_config(tmp_path).replace("migStrategy: none", f"migStrategy: {strategy}")
+    offered = advertised(tmp_path, plugin, library, api, state, config, 1)
     gpus = simulated(state)["gpu"]
     assert offered == {
         "nvidia.com/gpu.shared": sorted(f"{uuid}::{r}" for uuid in gpus for r in range(4))

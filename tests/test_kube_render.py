@@ -235,7 +235,8 @@ def test_mps_nodes_get_the_label_the_mps_daemon_selects_and_the_chart_their_mps_
     (chart,) = rendered.files["device-plugin-values.yaml"][1]
     (operator,) = rendered.files["gpu-operator-values.yaml"][1]
     assert chart["mps"] == operator["devicePlugin"]["mps"] == {"root": "/run/nvidia/mps"}
-    assert not any("mps" in w for w in rendered.warnings)
+    # The operator's one MIG strategy (mixed, for mig-1) would reach the MPS nodes' plugin.
+    assert any("refuses MPS with it" in w for w in rendered.warnings)
 
 
 def test_another_mps_root_is_another_config_and_a_warning_about_the_one_chart_value(tmp_path):
@@ -325,3 +326,17 @@ def test_a_node_back_from_mps_to_time_slicing_loses_the_mps_label_gpuprov_set(tm
         "nvidia.com/device-plugin.config": "shared-r2",
         "nvidia.com/mps.capable": None,
     }
+
+
+def test_without_mig_hosts_the_operator_gets_single_so_its_plugin_keeps_mps(tmp_path):
+    path = write_inventory(
+        tmp_path,
+        """\
+        shared = (["a"], {"gpu_model": "T4", "gpu_count": 1, "time_slicing_replicas": 2,
+            "sharing_strategy": "mps"})
+        """,
+    )
+    rendered = render(build(load(str(path))), "ns")
+    (operator,) = rendered.files["gpu-operator-values.yaml"][1]
+    assert operator["mig"] == {"strategy": "single"}
+    assert rendered.warnings == ()

@@ -95,11 +95,21 @@ def gpu_operator(
     # The operator passes one MIG strategy to every device plugin (MIG_STRATEGY, which wins
     # over the config file): per-node strategies cannot survive it.
     strategies = sorted({h.mig_strategy for h in hosts if h.mig_strategy})
-    values["mig"] = {"strategy": strategies[0] if len(strategies) == 1 else "mixed"}
+    strategy = strategies[0] if len(strategies) == 1 else "mixed"
+    if not strategies and mps_root is not None:
+        # The plugin refuses MPS under mixed; single is full GPUs where MIG is off.
+        strategy = "single"
+    values["mig"] = {"strategy": strategy}
     if len(strategies) > 1:
         warnings.append(
             "the GPU Operator sets one MIG strategy for the whole cluster; the plan has "
             f"{' and '.join(strategies)}: every node gets mixed"
+        )
+    if mps_root is not None and strategy == "mixed":
+        warnings.append(
+            "the GPU Operator gives every device plugin MIG strategy mixed, and the plugin "
+            "refuses MPS with it ('using --mig-strategy=mixed is not supported with MPS'): the "
+            "MPS nodes need the device plugin chart, or every mig host mig_strategy single"
         )
     values["daemonsets"] = {"tolerations": tolerations(taints)}
     return values, warnings
