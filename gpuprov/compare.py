@@ -23,7 +23,7 @@ from typing import Any
 from gpuprov.checks import gpus
 from gpuprov.checks import health as health_check
 from gpuprov.findings import Finding
-from gpuprov.hostfiles import Wanted, device_plugin, kubelet, mig_layout, mig_unit
+from gpuprov.hostfiles import Wanted, device_plugin, kubelet, mig_layout, mig_unit, mps_root
 from gpuprov.hostfiles import containerd as containerd_file
 from gpuprov.hostfiles import docker as docker_file
 from gpuprov.hostfiles.documents import one_line
@@ -59,6 +59,7 @@ def _runtime_check(plan: HostPlan, probe: ProbeDocument) -> list[Finding]:
 # Each managed file's check, in report order, with what the probe must read for it.
 FILE_CHECKS: tuple[tuple[str, Callable[[HostPlan], Wanted], FileCheck], ...] = (
     ("device plugin config", device_plugin.paths, _files(device_plugin.check)),
+    ("MPS root", mps_root.paths, _files(mps_root.check)),
     ("kubelet config", kubelet.paths, _files(kubelet.check)),
     ("container runtime config", _runtime_paths, _runtime_check),
     ("MIG layout file", mig_layout.paths, _files(mig_layout.check)),

@@ -121,12 +121,31 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 MIG_STRATEGIES = ("none", "single", "mixed")
 
+# --- MPS (`sharing_strategy: mps` on `shared` hosts) ----------------------------------------------
+# The device plugin's sharing strategies (k8s-device-plugin api/config/v1/sharing.go): the plugin
+# writes `sharing.timeSlicing` or `sharing.mps` from the same replicas.
+SHARING_TIME_SLICING = "time-slicing"
+SHARING_MPS = "mps"
+SHARING_STRATEGIES = (SHARING_TIME_SLICING, SHARING_MPS)
+# Where NVIDIA's MPS control daemon keeps its per-resource pipe and log directories and the shm
+# tmpfs it mounts (`flags.mpsRoot`; the helm chart's `mps.root` default, which it mounts into the
+# daemon and the plugin at /mps: deployments/helm/nvidia-device-plugin/values.yaml).
+MPS_ROOT = "/run/nvidia/mps"
+MPS_ROOT_MODE = "0755"  # what the daemon creates its own directories with (mps/daemon.go)
+# /run is a tmpfs: a tmpfiles.d entry makes the root again at every boot (tmpfiles.d(5)).
+MPS_TMPFILES_PATH = "/etc/tmpfiles.d/gpuprov-mps.conf"
+
 # --- Kubernetes objects (gpuprov kube) ---------------------------------------------------------
 # The node label NVIDIA's config-manager sidecar reads to pick a named device plugin config
 # (k8s-device-plugin cmd/config-manager) and the one the GPU Operator's MIG manager watches
 # (mig-parted cmd/nvidia-mig-manager).
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+# The node label the device plugin chart's MPS control daemon DaemonSet selects (GPU Feature
+# Discovery sets it when a node's config shares with MPS; gpuprov sets it from the plan so the
+# daemon runs without GFD): deployments/helm/nvidia-device-plugin/templates/
+# daemonset-mps-control-daemon.yml.
+MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
 KUBE_LABEL_DOMAIN = "gpuprov.io"
 POOL_LABEL = f"{KUBE_LABEL_DOMAIN}/pool"  # default pool label and taint key, value = the mode
 OWNED_TAINTS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/taints"  # the taints gpuprov set last time

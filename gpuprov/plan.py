@@ -26,10 +26,18 @@ from gpuprov.contract import (
     MIG_RESOURCE_PREFIX,
     MODES,
     PLAN_SCHEMA,
+    SHARING_MPS,
+    SHARING_TIME_SLICING,
     VOLCANO_MEMORY_RESOURCE,
 )
 from gpuprov.errors import InputError, Problem, merged, shown
 from gpuprov.inventory_data import InventoryData, InventoryHost
+from gpuprov.memory_budget import (
+    ShareMemory,
+    mps_budget_note,
+    overcommitted,
+    share_memory,
+)
 from gpuprov.mig.instance import Instance
 from gpuprov.mig.solver import solve
 from gpuprov.variables import (
@@ -66,15 +74,22 @@ class GpuPlan:
 
 @dataclass(frozen=True)
 class TimeSlicing:
+    """The sharing of a ``shared`` host's GPUs: replicas per GPU under the device plugin's
+    ``strategy`` (``time-slicing`` or ``mps``), and the memory one replica may use."""
+
     replicas: int
     rename: bool
     fail_requests_greater_than_one: bool
+    strategy: str = SHARING_TIME_SLICING
+    memory: ShareMemory | None = None
 
     def as_dict(self) -> dict:
         return {
             "replicas": self.replicas,
             "rename": self.rename,
             "fail_requests_greater_than_one": self.fail_requests_greater_than_one,
+            "strategy": self.strategy,
+            "memory_per_share": self.memory.as_dict() if self.memory else None,
         }
 
 
@@ -120,6 +135,9 @@ class HostPlan:
 class ClusterPlan:
     inventory: str
     hosts: tuple[HostPlan, ...]
+    # What the plan allows but the user must hear about on every plan and deploy (a memory
+    # overcommit the inventory asked for).
+    warnings: tuple[Problem, ...] = ()
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -148,6 +166,7 @@ class ClusterPlan:
             "hosts": [h.as_dict() for h in self.hosts],
             "totals": self.totals,
             "vgpu_totals": self.vgpu_totals,
+            "warnings": [str(w) for w in self.warnings],
         }
 
 
@@ -163,17 +182,19 @@ def build(
     hosts = []
     # Hosts with the same groups and host data get the same plan: plan the first of each kind
     # and reuse it (a fleet of thousands has a handful of kinds).
-    planned: dict[tuple, tuple[HostPlan | None, list[Problem]]] = {}
+    planned: dict[tuple, tuple[HostPlan | None, list[Problem], list[Problem]]] = {}
     problems: list[Problem] = []
+    warnings: list[Problem] = []
     for host in inventory.hosts:
         if limit is not None and host.name not in limit:
             continue
         kind = (host.groups, _fingerprint(host))
         if kind not in planned:
             planner = _HostPlanner(inventory, host, strict)
-            planned[kind] = (planner.plan(), planner.problems)
-        plan, kind_problems = planned[kind]
+            planned[kind] = (planner.plan(), planner.problems, planner.warnings)
+        plan, kind_problems, kind_warnings = planned[kind]
         problems += (dataclasses.replace(p, host=host.name) for p in kind_problems)
+        warnings += (dataclasses.replace(w, host=host.name) for w in kind_warnings)
         if plan is not None:
             hosts.append(dataclasses.replace(plan, name=host.name))
     problems += _one_volcano_memory_factor(inventory.path, hosts)
@@ -187,7 +208,7 @@ def build(
             else "the inventory defines no host"
         )
         raise InputError([Problem(inventory.path, f"{nothing}: nothing to plan")])
-    return ClusterPlan(inventory.path, tuple(hosts))
+    return ClusterPlan(inventory.path, tuple(hosts), tuple(merged(warnings)))
 
 
 def _one_volcano_memory_factor(path: str, hosts: list[HostPlan]) -> list[Problem]:
@@ -231,6 +252,7 @@ class _HostPlanner:
         self.host = host
         self.strict = strict
         self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
 
     def problem(
         self, message: str, key: str | None = None, source: str | None = None, gpus: int = 0
@@ -278,7 +300,11 @@ class _HostPlanner:
                 settings["time_slicing_replicas"],
                 settings["time_slicing_rename"],
                 settings["time_slicing_fail_requests_greater_than_one"],
+                settings["sharing_strategy"],
+                self.share_memory(model, settings),
             )
+            if self.problems:
+                return None
         resources = (
             dict(vgpu.allocatable)
             if vgpu
@@ -338,11 +364,7 @@ class _HostPlanner:
         for name, var in VARIABLES.items():
             if var.modes and mode not in var.modes:
                 if name in data:
-                    self.problem(
-                        f"only hosts in {' or '.join(var.modes)} may set this; "
-                        f"this host is in {mode}",
-                        key=name,
-                    )
+                    self.problem(_not_in_mode(name, data[name], mode, var.modes), key=name)
                 continue
             value = data.get(name, var.default)
             if value is NOT_SET:
@@ -399,6 +421,41 @@ class _HostPlanner:
             factor,
         )
 
+    def share_memory(self, model: catalog.GpuModel, settings: dict[str, Any]) -> ShareMemory:
+        """What one share of a ``shared`` host's GPU may use; a budget that overcommits the
+        GPU is a problem, or with ``allow_memory_overcommit`` a warning."""
+        replicas, budget = settings["time_slicing_replicas"], settings["memory_per_share_gib"]
+        strategy = settings["sharing_strategy"]
+        if budget is not None:
+            over = overcommitted(model.memory_mib, replicas, budget)
+            if over and not settings["allow_memory_overcommit"]:
+                self.problem(
+                    f"{over} ({model.alias}); lower time_slicing_replicas or the budget, or set "
+                    "allow_memory_overcommit: true to plan it anyway",
+                    key="memory_per_share_gib",
+                )
+            elif over:
+                consequence = (
+                    "MPS still limits each client to memory / replicas"
+                    if strategy == SHARING_MPS
+                    else "time-slicing isolates no memory: pods that use their budget run the "
+                    "GPU out of memory (CUDA out-of-memory errors in every pod on it)"
+                )
+                self.warn(
+                    f"memory overcommitted (allow_memory_overcommit): {over} ({model.alias}); "
+                    f"{consequence}",
+                    key="memory_per_share_gib",
+                )
+            elif strategy == SHARING_MPS:
+                note = mps_budget_note(model.memory_mib, replicas, budget)
+                if note:
+                    self.warn(note, key="memory_per_share_gib")
+        return share_memory(model.memory_mib, replicas, budget, strategy)
+
+    def warn(self, message: str, key: str) -> None:
+        source = self.inventory.source_of(self.host, key)
+        self.warnings.append(Problem(self.inventory.path, message, source=source, key=key))
+
     def mig_gpus(
         self, model: catalog.GpuModel, count: int, settings: dict[str, Any]
     ) -> tuple[GpuPlan, ...]:
@@ -447,6 +504,20 @@ class _HostPlanner:
                     key="mig_strategy",
                 )
         return tuple(gpus)
+
+
+def _not_in_mode(name: str, value: Any, mode: str, modes: tuple[str, ...]) -> str:
+    """Why a host in ``mode`` may not set ``name``; MPS on a MIG host with the device plugin's
+    own reasons (k8s-device-plugin cmd/nvidia-device-plugin/main.go validateFlags and
+    internal/plugin/mps.go getMPSOptions)."""
+    if name == "sharing_strategy" and value == SHARING_MPS and mode == "mig":
+        return (
+            "MPS cannot share MIG devices: NVIDIA's device plugin refuses MPS with migStrategy "
+            "mixed ('using --mig-strategy=mixed is not supported with MPS') and MIG devices "
+            "under single ('sharing using MPS is not supported for MIG devices'); put the host "
+            "in shared (MIG off) for MPS"
+        )
+    return f"only hosts in {' or '.join(modes)} may set this; this host is in {mode}"
 
 
 def _layout_text(layout: dict[str, int]) -> str:

@@ -28,8 +28,12 @@ from gpuprov.contract import (
     DEVICE_PLUGIN_CONFIG_PATH,
     KUBELET_CONFIG_PATH,
     MIG_CONFIG_LABEL,
+    MPS_CAPABLE_LABEL,
+    MPS_ROOT,
     OPERATOR_DEVICE_PLUGIN_LABEL,
     POOL_LABEL,
+    SHARING_STRATEGIES,
+    SHARING_TIME_SLICING,
     VGPU_FLAVOUR_LABEL,
     VGPU_FLAVOURS,
     VGPU_RESOURCES,
@@ -50,6 +54,8 @@ KUBELET_MAX_PODS_MAX = 2**31 - 1
 # The device plugin advertises one device per replica per GPU and the kubelet checkpoints each;
 # 1024 x 32 GPUs keeps that list and `maxPods: auto` far inside what a kubelet is run with.
 TIME_SLICING_REPLICAS_MAX = 1024
+# No GPU has 1 TiB of memory (the largest in the catalog has 141 GB): a larger share is a typo.
+SHARE_MEMORY_MAX_GIB = 1024
 # `kubectl drain --timeout`; a deploy that waits more than a day on one node is a hang.
 DRAIN_TIMEOUT_MAX = 86400
 # No GPU has more than seven GPU instances (NVIDIA MIG User Guide, Supported MIG Profiles).
@@ -176,6 +182,17 @@ def _list(item: Callable[[Any], str]) -> Callable[[Any], list[str]]:
         return [item(v) for v in value]
 
     return check
+
+
+def _gib(value: Any) -> int | float:
+    """An amount of memory in GiB: a number above 0 and at most SHARE_MEMORY_MAX_GIB."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    if not ok or not 0 < value <= SHARE_MEMORY_MAX_GIB:
+        raise ValueError(
+            f"must be a number of GiB above 0 and at most {SHARE_MEMORY_MAX_GIB} (no GPU has "
+            f"more memory), got {shown(value)}"
+        )
+    return value
 
 
 def _max_pods(value: Any) -> int | str:
@@ -346,7 +363,8 @@ _VARIABLES = [
     Variable(
         "time_slicing_replicas",
         NOT_SET,
-        f"Replicas per GPU, 2 (the device plugin's minimum) to {TIME_SLICING_REPLICAS_MAX} "
+        f"Replicas (shares) per GPU under either `sharing_strategy`, 2 (the device plugin's "
+        f"minimum for time-slicing and MPS) to {TIME_SLICING_REPLICAS_MAX} "
         "(each replica is a device the plugin advertises and the kubelet checkpoints). "
         "Required in `shared`.",
         _int(2, TIME_SLICING_REPLICAS_MAX, "each replica is a device the kubelet tracks"),
@@ -371,6 +389,44 @@ _VARIABLES = [
         DEVICE_PLUGIN_CONFIG_PATH,
         "Where the NVIDIA device plugin's config file is written (absolute path).",
         _path,
+    ),
+    # --- sharing strategy and memory per share (hosts in `shared`; docs/sharing.md)
+    Variable(
+        "sharing_strategy",
+        SHARING_TIME_SLICING,
+        "How the device plugin shares each GPU between its `time_slicing_replicas`: "
+        "`time-slicing` (`sharing.timeSlicing`: no memory isolation) or `mps` (`sharing.mps`: "
+        "NVIDIA's MPS control daemon caps each client at the GPU's memory / replicas; needs the "
+        "chart's MPS control daemon and no MIG). The `time_slicing_*` keys set the replicas, "
+        "rename and request limit of either.",
+        _choice(*SHARING_STRATEGIES),
+        modes=("shared",),
+    ),
+    Variable(
+        "mps_root",
+        MPS_ROOT,
+        "With `sharing_strategy: mps`: the device plugin's `flags.mpsRoot`, where the MPS "
+        "control daemon keeps its pipes, logs and shm (absolute path; must match the chart's "
+        "`mps.root`). The deploy makes it, mode 0755, at every boot (tmpfiles.d).",
+        _path,
+        modes=("shared",),
+    ),
+    Variable(
+        "memory_per_share_gib",
+        None,
+        f"GPU memory one pod may use per share, in GiB (above 0, at most {SHARE_MEMORY_MAX_GIB}); "
+        "the plan refuses replicas x this above the GPU model's memory. None: the memory / "
+        "replicas, shown as not enforced under time-slicing.",
+        _optional(_gib),
+        modes=("shared",),
+    ),
+    Variable(
+        "allow_memory_overcommit",
+        False,
+        "Plan replicas x `memory_per_share_gib` above the GPU's memory anyway, with a warning "
+        "on every plan and deploy.",
+        _bool,
+        modes=("shared",),
     ),
     # -f on the command line: the kernel cuts the process name to 15 characters
     # ("nvidia-device-p"), so `pkill -x nvidia-device-plugin` never matches.
@@ -560,6 +616,7 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _PLAN_LABELS = (
     DEVICE_PLUGIN_CONFIG_LABEL,
     MIG_CONFIG_LABEL,
+    MPS_CAPABLE_LABEL,
     VGPU_FLAVOUR_LABEL,
     OPERATOR_DEVICE_PLUGIN_LABEL,
 )

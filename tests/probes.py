@@ -10,11 +10,12 @@ from gpuprov.contract import (
     CRI_PLUGIN,
     MIG_LAYOUT_PATH,
     MIG_UNIT_PATH,
+    MPS_TMPFILES_PATH,
     PROBE_SCHEMA,
     containerd_drop_in_glob,
     containerd_drop_in_path,
 )
-from gpuprov.hostfiles import device_plugin, kubelet, mig_layout, mig_unit
+from gpuprov.hostfiles import device_plugin, kubelet, mig_layout, mig_unit, mps_root
 from gpuprov.plan import HostPlan
 from tests import containerd_states
 
@@ -38,6 +39,9 @@ def matching_probe(plan: HostPlan) -> dict:
     if plan.mode == "mig":
         files[MIG_LAYOUT_PATH] = mig_layout.render(plan)
         files[MIG_UNIT_PATH] = mig_unit.render(plan)
+    if mps_root.root(plan):
+        files[MPS_TMPFILES_PATH] = mps_root.render(plan)
+        files[mps_root.root(plan)] = mps_root.DIRECTORY
     return {
         "containerd": copy.deepcopy(containerd_states.MATCHING),
         "schema": PROBE_SCHEMA,

@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 from plans import plan_for
+from probes import matching_probe
 
 from gpuprov.cli.verify import hosts_summary, verify_report
 from gpuprov.compare import compare, wanted_files
@@ -130,6 +131,7 @@ def host_files(plugin: str | None, max_pods: int) -> dict:
         f"{KUBELET_DIR}/50-gpuprov.conf": kubelet_conf(max_pods),
         MIG_LAYOUT_PATH: None,
         "/etc/systemd/system/gpuprov-mig.service": None,
+        "/etc/tmpfiles.d/gpuprov-mps.conf": None,
         CONTAINERD: CONTAINERD_MAIN,
         CONTAINERD_DROP_IN: NVIDIA_DROP_IN,
     }
@@ -705,3 +707,19 @@ def test_probe_of_a_simulated_host_whose_driver_is_not_loaded(tmp_path):
     with sim_state.transaction(str(state)) as current:
         current["driver"]["loaded"] = False
     assert checks(compare(plan, observe())) == [(None, "nvml")]
+
+
+# --- MPS hosts: the config and the host side are both verified
+
+
+def test_an_mps_host_as_the_deploy_leaves_it_verifies_and_a_time_sliced_one_does_not(tmp_path):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4, sharing_strategy="mps")
+    assert compare(plan, matching_probe(plan)) == []
+    still_time_sliced = matching_probe(plan_for(tmp_path, "shared", time_slicing_replicas=4))
+    still_time_sliced["files"]["/run/nvidia/mps"] = None
+    findings = compare(plan, still_time_sliced)
+    assert sorted((f.check, f.found) for f in findings) == [
+        ("device-plugin", "sharing: timeSlicing"),
+        ("mps", "missing"),
+        ("mps", "missing"),
+    ]

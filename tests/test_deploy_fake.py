@@ -117,7 +117,7 @@ shared = (
                                                       **{containerd}}}}}),
      ("@fake/gpu-wrong", {{**_fast, "fake_responses": {{"@@ host:probe": {wrong_state},
                                                        "lspci -Dnmm": {h200}}}}})],
-    {{"gpu_model": "A100-80GB", "gpu_count": 8, "time_slicing_replicas": {replicas}}},
+    {{"gpu_model": "A100-80GB", "gpu_count": 8, "time_slicing_replicas": {replicas}, {shared}}},
 )
 whole_card = (
     [("@fake/gpu-h200", {{**_fast, "fake_responses": {{"@@ host:probe": {h200_state},
@@ -129,7 +129,7 @@ whole_card = (
 """
 
 
-def write_inventory(tmp_path: Path, replicas: int = 4) -> Path:
+def write_inventory(tmp_path: Path, replicas: int = 4, shared: str = "") -> Path:
     path = tmp_path / "cluster.py"
     a100_probe, h200_probe = probe("A100-80GB", 8, mig_on=(0,)), probe("H200-141GB", 4)
     path.write_text(
@@ -142,22 +142,26 @@ def write_inventory(tmp_path: Path, replicas: int = 4) -> Path:
             h200_state=host_state(h200_probe, lspci("2335", 4)),
             wrong_state=host_state(AGENT_MISSING, lspci("2335", 4)),
             replicas=replicas,
+            shared=shared,
             containerd=containerd_responses(),
         )
     )
     return path
 
 
-@pytest.fixture
-def deployed(tmp_path, monkeypatch):
-    """Run the deploy in-process; return (exit code, output, {host: commands it ran})."""
-    inventory = write_inventory(tmp_path)
+def run_deploy(inventory: Path, monkeypatch) -> tuple[int, str, dict[str, list[str]]]:
     argv = ["-y", str(inventory), DEPLOY]
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(sys, "argv", ["pyinfra", *argv])
     result = CliRunner().invoke(cli, argv, catch_exceptions=False)
     hosts = {h.name: list(h.connector.executed_commands) for h in pyinfra.context.state.inventory}
     return result.exit_code, result.output, hosts
+
+
+@pytest.fixture
+def deployed(tmp_path, monkeypatch):
+    """Run the deploy in-process; return (exit code, output, {host: commands it ran})."""
+    return run_deploy(write_inventory(tmp_path), monkeypatch)
 
 
 def test_a_host_failing_preflight_is_not_changed_and_the_others_proceed(deployed):
@@ -185,6 +189,21 @@ def test_each_mode_gets_its_own_files(deployed):
     assert "pkill -HUP -f" in shared and "nvidia-device-plugin" in shared
     assert "/etc/kubernetes/kubelet.conf.d/.50-gpuprov.conf.gpuprov-tmp" in whole
     assert "systemctl restart kubelet.service" in whole
+
+
+def test_an_mps_host_gets_its_mps_root_now_and_at_boot_and_the_overcommit_warning(
+    tmp_path, monkeypatch, capsys
+):
+    shared = (
+        '"sharing_strategy": "mps", "memory_per_share_gib": 30, "allow_memory_overcommit": True'
+    )
+    _, output, commands = run_deploy(write_inventory(tmp_path, shared=shared), monkeypatch)
+    ran = "\n".join(commands["@fake/gpu-a100"])
+    assert "/etc/tmpfiles.d/.gpuprov-mps.conf.gpuprov-tmp" in ran
+    assert "systemd-tmpfiles --create /etc/tmpfiles.d/gpuprov-mps.conf" in ran
+    whole = "\n".join(commands["@fake/gpu-h200"])
+    assert "/run/nvidia/mps" not in whole
+    assert "memory overcommitted" in output + capsys.readouterr().err
 
 
 def test_an_impossible_plan_exits_2_before_any_command(tmp_path):

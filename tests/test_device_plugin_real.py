@@ -25,10 +25,12 @@ from pathlib import Path
 
 import pynvml
 import pytest
+from plans import plan_for
 from simulated import carve, initialized, isolate_pynvml, new_host
 from upstream import upstream_binary
 
 from gpuprov.contract import SIM_ENV, SIM_MIG_MINORS_PATH
+from gpuprov.hostfiles import device_plugin
 from gpuprov.sim import install
 from gpuprov.sim.caps import mig_minors
 from gpuprov.sim.libnvml import build
@@ -106,7 +108,9 @@ def running_plugin(
     try:
         yield log
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        # A plugin that refused its config has exited already (and may have been reaped).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -213,3 +217,97 @@ def test_single_offers_every_mig_device_as_gpus(tmp_path, plugin, library, api):
     offered = advertised(tmp_path, plugin, library, api, state, config, resources=1)
     assert offered == {"nvidia.com/gpu": simulated(state)["3g.71gb"]}
     assert len(offered["nvidia.com/gpu"]) == 4
+
+
+# --- MPS: the plugin with the config gpuprov writes for `sharing_strategy: mps`
+
+
+def mps_config(tmp_path) -> str:
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4, sharing_strategy="mps")
+    return device_plugin.render(plan)
+
+
+def _log_until(log: Path, text: str, timeout: float = TIMEOUT) -> str:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, f"no {text!r} in:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)
+    return log.read_text()
+
+
+@pytest.mark.parametrize(
+    "control,why",
+    [
+        (
+            None,
+            'failed to start NVIDIA MPS command: exec: "nvidia-cuda-mps-control": executable '
+            "file not found in $PATH",
+        ),
+        # What the lab's simulated nvidia-cuda-mps package does: no MPS server answers.
+        ("#!/bin/sh\nexit 1\n", "failed to send command to MPS daemon: exit status 1"),
+    ],
+    ids=["no binary", "no daemon answering"],
+)
+def test_mps_without_a_control_daemon_waits_and_never_registers(
+    tmp_path, plugin, library, monkeypatch, control, why
+):
+    """The plugin enumerates the GPUs, then asks the MPS control daemon for its health before
+    it serves anything (internal/plugin/mps.go waitForDaemon): with no daemon it fails that
+    plugin and retries every 30 s, and no resource is ever offered to the kubelet."""
+    if control is not None:
+        stand_in = tmp_path / "bin" / "nvidia-cuda-mps-control"
+        stand_in.parent.mkdir()
+        stand_in.write_text(control)
+        stand_in.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    state = new_host(tmp_path, "A100-80GB", 2)
+    (tmp_path / "device-plugins").mkdir()
+    with running_plugin(tmp_path, plugin, library, state, mps_config(tmp_path)) as log:
+        text = _log_until(log, "Retrying in 30s")
+        assert list((tmp_path / "device-plugins").iterdir()) == []
+    assert '"mpsRoot": "/run/nvidia/mps"' in text
+    assert f"error waiting for MPS daemon: error checking MPS daemon health: {why}" in text
+    assert "Starting to serve" not in text
+
+
+# single: what gpuprov's GPU Operator values give every plugin of a cluster without MIG hosts
+# (the operator's MIG_STRATEGY wins over the file); on MIG-off GPUs it is whole GPUs, as none.
+@pytest.mark.parametrize("strategy", ["none", "single"])
+def test_mps_with_a_daemon_that_answers_offers_the_replicas_and_asks_it_at_mps_root(
+    tmp_path, plugin, library, api, monkeypatch, strategy
+):
+    """A stand-in for NVIDIA's nvidia-cuda-mps-control (the driver's binary, which the chart's
+    daemon container gets from the host) that answers the health query: then the plugin offers
+    the replicas. It asks through the per-resource pipe under the container's MPS root."""
+    calls = tmp_path / "mps-control.calls"
+    stand_in = tmp_path / "bin" / "nvidia-cuda-mps-control"
+    stand_in.parent.mkdir()
+    # The plugin runs it with only the MPS variables in its environment: absolute paths.
+    stand_in.write_text(
+        f'#!/bin/sh\necho "$CUDA_MPS_PIPE_DIRECTORY $(cat)" >> {calls}\necho 100.0\n'
+    )
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    state = new_host(tmp_path, "A100-80GB", 2)
+    config = mps_config(tmp_path).replace("migStrategy: none", f"migStrategy: {strategy}")
+    offered = advertised(tmp_path, plugin, library, api, state, config, 1)
+    gpus = simulated(state)["gpu"]
+    assert offered == {
+        "nvidia.com/gpu.shared": sorted(f"{uuid}::{r}" for uuid in gpus for r in range(4))
+    }
+    assert calls.read_text().splitlines()[0] == (
+        "/mps/nvidia.com/gpu.shared/pipe get_default_active_thread_percentage"
+    )
+
+
+def test_mps_on_mig_devices_stops_the_plugin_as_the_planner_refuses_it(tmp_path, plugin, library):
+    state = new_host(tmp_path, "H200-141GB", 2, mig=[0, 1])
+    carve(state, {0: [(9, [2]), (9, [2])], 1: [(9, [2]), (9, [2])]})
+    config = (
+        "version: v1\nflags:\n  migStrategy: single\n  mpsRoot: /run/nvidia/mps\nsharing:\n"
+        "  mps:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 2\n"
+    )
+    (tmp_path / "device-plugins").mkdir()
+    with running_plugin(tmp_path, plugin, library, state, config) as log:
+        text = _log_until(log, "error starting plugins")
+    assert "sharing using MPS is not supported for MIG devices" in text

@@ -150,3 +150,26 @@ def test_the_host_state_read_covers_every_source_until_os_release_chooses(tmp_pa
     named = driver.watch(plan_for(tmp_path, driver_source="debian-nonfree").settings)
     assert OS_RELEASE_PATH not in named.read
     assert "nvidia-driver-535-server" not in named.packages
+
+
+def test_an_mps_host_installs_the_mps_binaries_with_the_driver_and_a_time_sliced_one_not(
+    tmp_path,
+):
+    def shared(**data):
+        data = {
+            "gpu_model": "A100-80GB",
+            "gpu_count": 2,
+            "driver_version": "535.216.03",
+            "time_slicing_replicas": 4,
+            **data,
+        }
+        directory = tmp_path / f"shared-{len(list(tmp_path.iterdir()))}"
+        directory.mkdir()
+        (directory / "inv.py").write_text(f"shared = [('n1', {data!r})]\n")
+        return build(load(str(directory / "inv.py"))).host("n1")
+
+    _, wanted = driver.packages(debian_host(shared(sharing_strategy="mps")))
+    assert wanted.exact == (*DEBIAN_NAMES, "nvidia-cuda-mps")
+    assert "nvidia-cuda-mps" in driver.watch(shared(sharing_strategy="mps").settings).packages
+    _, wanted = driver.packages(debian_host(shared()))
+    assert wanted.exact == DEBIAN_NAMES

@@ -29,6 +29,18 @@ VARIANTS = {
             "device_plugin_config_path": OTHER_PATH,
         },
     ),
+    "shared-mps": ("shared", {"time_slicing_replicas": 4, "sharing_strategy": "mps"}),
+    "shared-mps-plain-other-root": (
+        "shared",
+        {
+            "time_slicing_replicas": 2,
+            "sharing_strategy": "mps",
+            "time_slicing_rename": False,
+            "time_slicing_fail_requests_greater_than_one": False,
+            "mps_root": "/var/lib/nvidia mps: #1",
+            "device_plugin_config_path": OTHER_PATH,
+        },
+    ),
     "mig-mixed": ("mig", {"mig_layout": BALANCED}),
     "mig-single-other-path": (
         "mig",
@@ -142,6 +154,71 @@ def test_mps_wins_over_time_slicing(tmp_path):
     assert finding.found == "sharing.mps is set (MPS wins over time-slicing)"
 
 
+MPS_EDITS = [
+    (
+        "replicas: 4",
+        "replicas: 5",
+        "sharing.mps nvidia.com/gpu replicas: 4",
+        "sharing.mps nvidia.com/gpu replicas: 5",
+    ),
+    (
+        'mpsRoot: "/run/nvidia/mps"',
+        "mpsRoot: /tmp/mps",
+        'flags.mpsRoot: "/run/nvidia/mps"',
+        'flags.mpsRoot: "/tmp/mps"',
+    ),
+    (
+        "renameByDefault: true",
+        "renameByDefault: false",
+        "sharing.mps.renameByDefault: true",
+        "sharing.mps.renameByDefault: false",
+    ),
+    (
+        "    failRequestsGreaterThanOne: true\n",
+        "    failRequestsGreaterThanOne: false\n",
+        "sharing.mps.failRequestsGreaterThanOne: true",
+        "sharing.mps.failRequestsGreaterThanOne: false",
+    ),
+]
+
+
+@pytest.mark.parametrize("old,new,expected,found", MPS_EDITS)
+def test_one_changed_mps_field_is_exactly_one_finding_for_that_field(
+    tmp_path, old, new, expected, found
+):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4, sharing_strategy="mps")
+    text = device_plugin.render(plan)
+    assert old in text
+    [finding] = device_plugin.check(plan, {DEFAULT_PATH: text.replace(old, new)})
+    assert (finding.check, finding.expected, finding.found) == ("device-plugin", expected, found)
+
+
+def test_an_unset_mps_request_limit_reads_as_the_plugins_true(tmp_path):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4, sharing_strategy="mps")
+    text = device_plugin.render(plan).replace("    failRequestsGreaterThanOne: true\n", "")
+    assert device_plugin.check(plan, {DEFAULT_PATH: text}) == []
+
+
+def test_a_time_sliced_file_on_an_mps_host_is_one_finding_for_the_strategy(tmp_path):
+    time_sliced = device_plugin.render(plan_for(tmp_path, "shared", time_slicing_replicas=4))
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4, sharing_strategy="mps")
+    [finding] = device_plugin.check(plan, {DEFAULT_PATH: time_sliced})
+    assert (finding.check, finding.expected, finding.found) == (
+        "device-plugin",
+        "sharing.mps (MPS)",
+        "sharing: timeSlicing",
+    )
+
+
+def test_a_time_slicing_section_left_beside_mps_is_a_leftover(tmp_path):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4, sharing_strategy="mps")
+    text = device_plugin.render(plan).replace(
+        "sharing:\n", "sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2}]\n"
+    )
+    [finding] = device_plugin.check(plan, {DEFAULT_PATH: text})
+    assert (finding.check, finding.expected) == ("leftover", "sharing.mps only")
+
+
 def test_the_host_name_cannot_add_lines_to_the_file(tmp_path):
     plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
     text = device_plugin.render(dataclasses.replace(plan, name="n1\nsharing: x"))
@@ -195,7 +272,7 @@ def test_a_yaml_alias_bomb_is_reported_in_one_short_line_at_once(tmp_path):
 
 
 def plugin_reading(tmp_path, text: str) -> dict | str:
-    """The effective config the real plugin prints for ``text``, or its config error."""
+    """The effective config the real plugin prints for ``text``, or the line refusing it."""
     config = tmp_path / "config.yaml"
     config.write_text(text)
     done = subprocess.run(
@@ -207,7 +284,9 @@ def plugin_reading(tmp_path, text: str) -> dict | str:
     )
     out = done.stdout + done.stderr
     if "Running with config:" not in out:
-        [error] = [line for line in out.splitlines() if "unable to load config" in line]
+        # A file it cannot parse, or flags it refuses (validateFlags: MPS rules).
+        refusals = ("unable to load config", "unable to validate flags")
+        [error] = [line for line in out.splitlines() if any(r in line for r in refusals)]
         return error
     after = out.split("Running with config:", 1)[1].lstrip()
     return json.JSONDecoder().raw_decode(after)[0]
@@ -221,11 +300,62 @@ def test_the_real_plugin_runs_with_what_the_deploy_writes(tmp_path, name):
     assert isinstance(effective, dict), effective
     assert effective["flags"]["migStrategy"] == (plan.mig_strategy or "none")
     if plan.time_slicing:
-        slicing = effective["sharing"]["timeSlicing"]
+        key = "mps" if plan.time_slicing.strategy == "mps" else "timeSlicing"
+        slicing = effective["sharing"][key]
         assert slicing.get("renameByDefault", False) == plan.time_slicing.rename
+        assert slicing["failRequestsGreaterThanOne"] == (
+            plan.time_slicing.fail_requests_greater_than_one
+        )
         assert slicing["resources"][0]["replicas"] == plan.time_slicing.replicas
+        if key == "mps":
+            assert effective["flags"]["mpsRoot"] == plan.settings["mps_root"]
+        else:
+            assert not effective["flags"].get("mpsRoot")
 
 
 @pytest.mark.parametrize("name", list(MALFORMED))
 def test_the_real_plugin_refuses_what_the_check_reports(tmp_path, name):
     assert isinstance(plugin_reading(tmp_path, MALFORMED[name]), str)
+
+
+# The rules the plugin enforces on MPS, as the plugin says them; the planner refuses each first.
+PLUGIN_MPS_REFUSALS = {
+    "replicas below 2": (
+        "none",
+        "  mpsRoot: /run/nvidia/mps\n",
+        1,
+        "number of replicas must be >= 2",
+    ),
+    "no mpsRoot": ("none", "", 4, "using MPS requires --mps-root to be specified"),
+    "MIG mixed": (
+        "mixed",
+        "  mpsRoot: /run/nvidia/mps\n",
+        4,
+        "using --mig-strategy=mixed is not supported with MPS",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(PLUGIN_MPS_REFUSALS))
+def test_the_real_plugin_refuses_mps_configs_gpuprov_never_writes(tmp_path, name):
+    strategy, root, replicas, message = PLUGIN_MPS_REFUSALS[name]
+    text = (
+        f"version: v1\nflags:\n  migStrategy: {strategy}\n{root}sharing:\n  mps:\n"
+        f"    resources:\n      - name: nvidia.com/gpu\n        replicas: {replicas}\n"
+    )
+    refusal = plugin_reading(tmp_path, text)
+    assert isinstance(refusal, str) and message in refusal
+
+
+def test_the_real_plugin_keeps_an_explicit_false_request_limit_and_forces_an_unset_one(tmp_path):
+    plan = plan_for(
+        tmp_path,
+        "shared",
+        time_slicing_replicas=4,
+        sharing_strategy="mps",
+        time_slicing_fail_requests_greater_than_one=False,
+    )
+    text = device_plugin.render(plan)
+    assert plugin_reading(tmp_path, text)["sharing"]["mps"]["failRequestsGreaterThanOne"] is False
+    unset = text.replace("    failRequestsGreaterThanOne: false\n", "")
+    assert plugin_reading(tmp_path, unset)["sharing"]["mps"]["failRequestsGreaterThanOne"] is True

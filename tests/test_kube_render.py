@@ -19,6 +19,7 @@ from gpuprov.hostfiles import device_plugin as host_file
 from gpuprov.inventory import load
 from gpuprov.kube.device_plugin import host_config
 from gpuprov.kube.manifests import render
+from gpuprov.kube.nodes import node_change
 from gpuprov.plan import build
 from inventories import write_inventory
 
@@ -32,6 +33,10 @@ INVENTORY = """\
                       "time_slicing_rename": False}),
             ("ts-4", {"gpu_model": "L40S", "time_slicing_replicas": 8,
                       "time_slicing_fail_requests_greater_than_one": False}),
+            ("mps-1", {"sharing_strategy": "mps"}),
+            ("mps-2", {"gpu_model": "H100-80GB", "sharing_strategy": "mps",
+                       "time_slicing_replicas": 3, "time_slicing_rename": False,
+                       "time_slicing_fail_requests_greater_than_one": False}),
         ],
         {"gpu_model": "A100-80GB", "gpu_count": 2, "time_slicing_replicas": 4},
     )
@@ -64,6 +69,8 @@ def test_one_named_config_per_kind_of_host_and_a_label_per_node(cluster):
     assert sorted(rendered.device_plugin_configs) == [
         "mig-mixed",
         "mig-single",
+        "shared-mps-r3-norename-multi",
+        "shared-mps-r4",
         "shared-r2-norename",
         "shared-r4",
         "shared-r8-multi",
@@ -75,6 +82,8 @@ def test_one_named_config_per_kind_of_host_and_a_label_per_node(cluster):
         "ts-2": "shared-r4",
         "ts-3": "shared-r2-norename",
         "ts-4": "shared-r8-multi",
+        "mps-1": "shared-mps-r4",
+        "mps-2": "shared-mps-r3-norename-multi",
         "mig-1": "mig-mixed",
         "mig-2": "mig-single",
         "train-1.example": "whole",
@@ -128,8 +137,19 @@ def test_nvidia_device_plugin_accepts_every_named_config_with_the_planned_resour
         config_file.write_text(configmap["data"][name])
         effective = _effective_config(plugin, config_file)
         assert effective["flags"]["migStrategy"] == (host.mig_strategy or "none")
-        slicing = effective.get("sharing", {}).get("timeSlicing", {}).get("resources", [])
-        if host.mode == "shared":
+        sharing = effective.get("sharing", {})
+        slicing = sharing.get("timeSlicing", {}).get("resources", [])
+        if host.mode == "shared" and host.time_slicing.strategy == "mps":
+            # Written out in full: the plugin's parse leaves nothing to its defaults.
+            assert sharing["mps"]["failRequestsGreaterThanOne"] == (
+                host.time_slicing.fail_requests_greater_than_one
+            )
+            assert effective["flags"]["mpsRoot"] == host.settings["mps_root"]
+            (resource,) = sharing["mps"]["resources"]
+            advertised = resource.get("rename") or resource["name"]
+            assert {advertised: resource["replicas"] * host.gpu_count} == host.resources
+            assert slicing == []
+        elif host.mode == "shared":
             (resource,) = slicing
             advertised = resource.get("rename") or resource["name"]
             assert {advertised: resource["replicas"] * host.gpu_count} == host.resources
@@ -208,6 +228,34 @@ def test_helm_values_follow_the_plan(tmp_path):
     assert chart["config"] == {"name": "gpuprov-device-plugin-configs", "default": "whole"}
 
 
+def test_mps_nodes_get_the_label_the_mps_daemon_selects_and_the_chart_their_mps_root(cluster):
+    rendered = render(cluster, "nvidia-device-plugin")
+    capable = {n.host for n in rendered.nodes if n.labels.get("nvidia.com/mps.capable") == "true"}
+    assert capable == {"mps-1", "mps-2"}
+    (chart,) = rendered.files["device-plugin-values.yaml"][1]
+    (operator,) = rendered.files["gpu-operator-values.yaml"][1]
+    assert chart["mps"] == operator["devicePlugin"]["mps"] == {"root": "/run/nvidia/mps"}
+    # The operator's one MIG strategy (mixed, for mig-1) would reach the MPS nodes' plugin.
+    assert any("refuses MPS with it" in w for w in rendered.warnings)
+
+
+def test_another_mps_root_is_another_config_and_a_warning_about_the_one_chart_value(tmp_path):
+    path = write_inventory(
+        tmp_path,
+        """\
+        shared = (["a", ("b", {"mps_root": "/var/lib/nvidia-mps"})], {"gpu_model": "T4",
+            "gpu_count": 1, "time_slicing_replicas": 2, "sharing_strategy": "mps"})
+        """,
+    )
+    rendered = render(build(load(str(path))), "ns")
+    names = {n.host: n.labels["nvidia.com/device-plugin.config"] for n in rendered.nodes}
+    assert names["a"] == "shared-mps-r2"
+    assert names["b"].startswith("shared-mps-r2-root-") and len(names["b"]) <= 63
+    assert rendered.device_plugin_configs[names["b"]]["flags"]["mpsRoot"] == ("/var/lib/nvidia-mps")
+    [warning] = rendered.warnings
+    assert "one mps.root" in warning and "/var/lib/nvidia-mps" in warning
+
+
 def test_render_writes_files_or_one_yaml_stream(tmp_path):
     path = inventory(tmp_path)
     out = tmp_path / "out"
@@ -228,7 +276,7 @@ def test_render_writes_files_or_one_yaml_stream(tmp_path):
     assert result.exit_code == 0, result.output
     documents = list(yaml.safe_load_all(result.stdout))
     kinds = [d.get("kind") for d in documents]
-    assert kinds.count("ConfigMap") == 1 and kinds.count("Node") == 7
+    assert kinds.count("ConfigMap") == 1 and kinds.count("Node") == 9
 
 
 def test_a_bad_taint_is_refused_naming_host_and_key(tmp_path):
@@ -257,3 +305,38 @@ def test_a_label_the_plan_sets_cannot_be_set_by_hand(tmp_path):
     result = CliRunner().invoke(main, ["kube", "render", str(path)])
     assert result.exit_code == 2
     assert "nvidia.com/device-plugin.config is set from the plan" in result.output
+
+
+def test_a_node_back_from_mps_to_time_slicing_loses_the_mps_label_gpuprov_set(tmp_path):
+    def node_state(strategy: str):
+        path = write_inventory(
+            tmp_path,
+            f"""\
+            shared = (["a"], {{"gpu_model": "T4", "gpu_count": 1, "time_slicing_replicas": 2,
+                "sharing_strategy": "{strategy}"}})
+            """,
+        )
+        (node,) = render(build(load(str(path))), "ns").nodes
+        return node
+
+    was = node_state("mps")
+    listed = {"metadata": {"name": "a", "labels": was.labels, "annotations": was.annotations}}
+    change = node_change(node_state("time-slicing"), listed)
+    assert change.labels == {
+        "nvidia.com/device-plugin.config": "shared-r2",
+        "nvidia.com/mps.capable": None,
+    }
+
+
+def test_without_mig_hosts_the_operator_gets_single_so_its_plugin_keeps_mps(tmp_path):
+    path = write_inventory(
+        tmp_path,
+        """\
+        shared = (["a"], {"gpu_model": "T4", "gpu_count": 1, "time_slicing_replicas": 2,
+            "sharing_strategy": "mps"})
+        """,
+    )
+    rendered = render(build(load(str(path))), "ns")
+    (operator,) = rendered.files["gpu-operator-values.yaml"][1]
+    assert operator["mig"] == {"strategy": "single"}
+    assert rendered.warnings == ()

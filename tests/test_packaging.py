@@ -210,3 +210,19 @@ def test_debian_upgrades_in_place_and_keeps_what_the_plan_leaves_out():
     source = profile("debian-nonfree")
     wanted = driver_packages(source, "535.261.03", persistenced=False)
     assert replaced(source, wanted, [*wanted.names, "nvidia-persistenced"]) == []
+
+
+def test_an_mps_host_gets_the_mps_binaries_at_the_driver_version_on_every_source():
+    wanted = driver_packages(profile("debian-nonfree"), "535.261.03", mps=True)
+    assert wanted.exact[-1] == "nvidia-cuda-mps"
+    result = resolve(wanted, "535.261.03", index(*DEBIAN))
+    assert result.missing == {} and result.versions["nvidia-cuda-mps"] == "535.261.03-1"
+    assert "src:nvidia-graphics-drivers" in wanted.pin  # held at the driver's version too
+    for source in ("ubuntu-archive", "cuda-ubuntu", "cuda-debian"):
+        for version in ("535.261.03", "590.48.01"):
+            assert (
+                driver_packages(profile(source), version, mps=True)
+                .exact[-1]
+                .startswith(("nvidia-cuda-mps", "nvidia-compute-utils"))
+            ), (source, version)
+    assert "nvidia-cuda-mps" not in driver_packages(profile("debian-nonfree"), "535.261.03").exact

@@ -59,22 +59,29 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
     Keys outside gpuprov's registry belong to other tools (Kubespray, Ansible roles) and are
     ignored, unless they are a near miss of a gpuprov key; --strict lists each as an error."""
     _, cluster = load_plan(inventory, limit, strict)
+    warn(cluster)
     if fmt == "json":
         emit_json(cluster.as_dict())
         return
     rows = []
     for host in cluster.hosts:
+        memory = ""
+        if host.time_slicing and host.time_slicing.memory:
+            memory = host.time_slicing.memory.label()
         rows.append(
             [
                 host.name,
                 host.mode,
                 f"{host.gpu_count} x {host.gpu_model}",
                 _sharing(host),
+                memory,
                 host.kubelet_max_pods,
                 "\n".join(_resource_lines(host)),
             ]
         )
-    click.echo(table(rows, ["host", "mode", "gpus", "slicing", "maxPods", "resources"]))
+    click.echo(
+        table(rows, ["host", "mode", "gpus", "sharing", "memory/share", "maxPods", "resources"])
+    )
     layouts = [
         [host.name, f"GPU {plan_.index_ranges(ix)}", text]
         for host in cluster.hosts
@@ -94,9 +101,9 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
 
 
 def _sharing(host: plan_.HostPlan) -> str:
-    """How the host's GPUs are shared: time-slicing replicas, or the vGPU flavour and split."""
+    """How the host's GPUs are shared: the strategy and replicas, or the vGPU flavour and split."""
     if host.time_slicing:
-        return f"x{host.time_slicing.replicas}"
+        return f"{host.time_slicing.strategy} x{host.time_slicing.replicas}"
     if host.vgpu:
         v = host.vgpu
         text = f"{v.flavour} x{v.split_count}"
@@ -115,6 +122,13 @@ def _resource_lines(host: plan_.HostPlan) -> list[str]:
         f"{_short(k)}: {v}" + ("" if k in host.vgpu.allocatable else " (scheduler)")
         for k, v in host.vgpu.advertised.items()
     ]
+
+
+def warn(cluster: plan_.ClusterPlan) -> None:
+    """Say on stderr what the plan allows only because the inventory insisted (a memory
+    overcommit), every time it is planned."""
+    for warning in cluster.warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _short(resource: str) -> str:

@@ -66,5 +66,7 @@ def cluster_plan(state: State) -> ClusterPlan:
         # Not sys.exit: this runs in one of pyinfra's per-host greenlets, where gevent reports
         # a SystemExit with tracebacks. Nothing has run on any host yet.
         os._exit(EXIT_BAD_INPUT)
+    for warning in plan.warnings:
+        click.echo(f"warning: {warning}", err=True)
     _cached = (current, plan)
     return plan

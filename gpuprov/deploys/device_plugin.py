@@ -1,4 +1,4 @@
-"""The NVIDIA device plugin's config: time-slicing on ``shared`` hosts, the MIG strategy on
+"""The NVIDIA device plugin's config: time-slicing or MPS on ``shared`` hosts, the MIG strategy on
 ``mig`` hosts, none on ``whole_card`` and ``vgpu`` hosts (a config left by an earlier mode is
 removed); the plugin re-reads it only when it changed.
 The text comes from ``gpuprov.hostfiles.device_plugin``, the model verify checks against."""
@@ -21,7 +21,7 @@ def device_plugin(view: HostView) -> None:
     path = view.settings["device_plugin_config_path"]
     text = config.render(view.plan)
     what = {
-        "shared": f"time-slicing x{view.plan.time_slicing.replicas}"
+        "shared": f"{view.plan.time_slicing.strategy} x{view.plan.time_slicing.replicas}"
         if view.plan.time_slicing
         else "",
         "mig": f"MIG {view.plan.mig_strategy}",

@@ -15,6 +15,7 @@ from gpuprov.contract import (
     NOUVEAU_BLACKLIST_PATH,
     OS_RELEASE_PATH,
     PERSISTENCED_UNIT,
+    SHARING_MPS,
 )
 from gpuprov.deploys import repo
 from gpuprov.deploys.view import HostView, Watch, ensure_file
@@ -43,7 +44,14 @@ def packages(view: HostView) -> tuple[Profile, DriverPackages]:
         settings["driver_version"],
         settings["driver_persistenced"],
         settings["driver_fabric_manager"],
+        uses_mps(settings),
     )
+
+
+def uses_mps(settings: dict) -> bool:
+    """Whether the host shares its GPUs with MPS: then it needs the driver's MPS binaries (the
+    chart's MPS control daemon runs the host's nvidia-cuda-mps-control)."""
+    return settings.get("sharing_strategy") == SHARING_MPS
 
 
 def units(settings: dict) -> list[str]:
@@ -65,7 +73,9 @@ def watch(settings: dict) -> Watch:
     for candidate in candidates:
         era = candidate.era(profiles.branch_of(version))
         fields = {"branch": profiles.branch_of(version), "version": version}
-        wanted = profiles.driver_packages(candidate, version, settings["driver_persistenced"])
+        wanted = profiles.driver_packages(
+            candidate, version, settings["driver_persistenced"], mps=uses_mps(settings)
+        )
         names.update(dict.fromkeys(wanted.names))
         if era.fabric_manager:
             names[era.fabric_manager.format(**fields)] = None

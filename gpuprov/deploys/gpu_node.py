@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from gpuprov.deploys import device_plugin, driver, kubelet, leftovers, mig, runtime, versions
+from gpuprov.deploys import device_plugin, driver, kubelet, leftovers, mig, mps, runtime, versions
 from gpuprov.deploys.drain import drain, uncordon
 from gpuprov.deploys.preflight import preflight
 from gpuprov.deploys.view import HostView, Watch
@@ -20,6 +20,7 @@ def watch(plan: HostPlan) -> Watch:
         + runtime.watch(s)
         + mig.watch(s, plan.mode)
         + leftovers.watch(plan.mode)
+        + mps.watch()
         + device_plugin.watch(s)
         + kubelet.watch(s)
     )
@@ -53,6 +54,7 @@ def gpu_node(plan: HostPlan) -> None:
         mig.mig_layout(view)
     else:
         mig.mig_off(view)
+    mps.mps(view)
     device_plugin.device_plugin(view)
     kubelet.kubelet(view)
     if reasons:

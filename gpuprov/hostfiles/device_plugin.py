@@ -1,6 +1,7 @@
-"""The NVIDIA device plugin's config file (k8s-device-plugin ``api/config/v1``): time-slicing on
-``shared`` hosts, the MIG strategy on ``mig`` hosts, no file on ``whole_card`` hosts, and none on
-``vgpu`` hosts, where the flavour's own plugin serves the GPUs (NVIDIA's must not serve them too).
+"""The NVIDIA device plugin's config file (k8s-device-plugin ``api/config/v1``): time-slicing or
+MPS on ``shared`` hosts, the MIG strategy on ``mig`` hosts, no file on ``whole_card`` hosts, and
+none on ``vgpu`` hosts, where the flavour's own plugin serves the GPUs (NVIDIA's must not serve
+them too).
 
 One typed model, ``DevicePluginConfig``, holds the part of the schema gpuprov sets; the deploy
 writes ``render(plan)`` and verify reads a host's file back into the same model with
@@ -11,7 +12,7 @@ bool) makes the plugin refuse the file, so it is a finding here; an empty ``vers
 an absent ``migStrategy`` means none.
 
 >>> from gpuprov.hostfiles.documents import parse
->>> planned = DevicePluginConfig(time_slicing=TimeSlicingConfig(True, True, 4))
+>>> planned = DevicePluginConfig(time_slicing=ReplicatedConfig(True, True, 4))
 >>> got, problems = DevicePluginConfig.from_document(parse("yaml", planned.yaml()))
 >>> got.fields() == planned.fields(), problems
 (True, [])
@@ -26,7 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprov.contract import DEVICE_PLUGIN_CONFIG_VERSION, GPU_RESOURCE
+from gpuprov.contract import (
+    DEVICE_PLUGIN_CONFIG_VERSION,
+    GPU_RESOURCE,
+    SHARING_MPS,
+    SHARING_TIME_SLICING,
+)
 from gpuprov.findings import Finding
 from gpuprov.hostfiles import Wanted
 from gpuprov.hostfiles.documents import Report, kind, one_line, shown
@@ -42,8 +48,8 @@ _NO_CONFIG = ("whole_card", "vgpu")
 
 
 @dataclass(frozen=True)
-class TimeSlicingConfig:
-    """``sharing.timeSlicing`` with its one ``nvidia.com/gpu`` resource.
+class ReplicatedConfig:
+    """``sharing.timeSlicing`` or ``sharing.mps`` with its one ``nvidia.com/gpu`` resource.
 
     Values are kept as the file spells them (``"true"`` stays a string), so a wrong type is
     reported as the value it is; None stands for "unset"."""
@@ -53,15 +59,22 @@ class TimeSlicingConfig:
     replicas: Any
 
 
+# The config's key of each sharing strategy (api/config/v1/sharing.go).
+_SHARING_KEYS = {SHARING_TIME_SLICING: "timeSlicing", SHARING_MPS: "mps"}
+
+
 @dataclass(frozen=True)
 class DevicePluginConfig:
-    """The device plugin config gpuprov writes; ``mps`` and ``sharing`` are only ever read."""
+    """The device plugin config gpuprov writes: time-slicing or MPS on ``shared`` hosts (never
+    both: MPS wins, https://github.com/NVIDIA/k8s-device-plugin/blob/v0.20.0/api/config/v1/sharing.go),
+    the MIG strategy on ``mig`` hosts. ``sharing`` holds the keys found under ``sharing``."""
 
     version: Any = DEVICE_PLUGIN_CONFIG_VERSION
     mig_strategy: Any = "none"
-    time_slicing: TimeSlicingConfig | None = None
-    mps: bool = False  # sharing.mps is set: it wins over time-slicing
-    sharing: tuple[str, ...] = ()  # the keys under ``sharing``
+    time_slicing: ReplicatedConfig | None = None
+    mps: ReplicatedConfig | None = None
+    mps_root: Any = None  # flags.mpsRoot: the plugin refuses MPS without it
+    sharing: tuple[str, ...] = ()
 
     @classmethod
     def planned(cls, plan: HostPlan) -> DevicePluginConfig | None:
@@ -70,9 +83,20 @@ class DevicePluginConfig:
             return None
         ts = plan.time_slicing
         if plan.mode == "shared" and ts is not None:
-            slicing = TimeSlicingConfig(ts.rename, ts.fail_requests_greater_than_one, ts.replicas)
-            return cls(time_slicing=slicing, sharing=("timeSlicing",))
+            # failRequestsGreaterThanOne is always written: the plugin defaults it to false
+            # for time-slicing and to true for MPS (api/config/v1/config.go NewConfig).
+            shared = ReplicatedConfig(ts.rename, ts.fail_requests_greater_than_one, ts.replicas)
+            if ts.strategy == SHARING_MPS:
+                return cls(mps=shared, mps_root=plan.settings["mps_root"], sharing=("mps",))
+            return cls(time_slicing=shared, sharing=("timeSlicing",))
         return cls(mig_strategy=plan.mig_strategy or "none")
+
+    @property
+    def strategy(self) -> str | None:
+        """The sharing the plugin runs with this config: MPS wins when both are set."""
+        if self.mps is not None:
+            return SHARING_MPS
+        return SHARING_TIME_SLICING if self.time_slicing is not None else None
 
     @classmethod
     def from_document(cls, doc: Any) -> tuple[DevicePluginConfig | None, list[str]]:
@@ -82,26 +106,10 @@ class DevicePluginConfig:
         problems: list[str] = []
         flags = _mapping(doc, "flags", "flags", problems)
         sharing = _mapping(doc, "sharing", "sharing", problems)
-        slicing = _mapping(sharing, "timeSlicing", "sharing.timeSlicing", problems)
-        time_slicing = None
-        if slicing:
-            where = "sharing.timeSlicing.resources"
-            resources = slicing.get("resources")
-            if resources is not None and not isinstance(resources, list):
-                problems.append(f"{where}: {kind(resources)}, not a list")
-                resources = None
-            gpu = None
-            for n, resource in enumerate(resources or []):
-                if not isinstance(resource, Mapping):
-                    problems.append(f"{where}[{n}]: {kind(resource)}, not a mapping")
-                elif gpu is None and resource.get("name") in _GPU_NAMES:
-                    gpu = resource
-            time_slicing = TimeSlicingConfig(
-                # Both flags are false when unset (api/config/v1/replicas.go).
-                slicing.get("renameByDefault", False),
-                slicing.get("failRequestsGreaterThanOne", False),
-                gpu.get("replicas") if gpu else None,
-            )
+        # failRequestsGreaterThanOne unset: false for time-slicing, true for MPS (the plugin
+        # keeps MPS's historical behaviour, api/config/v1/config.go NewConfig).
+        time_slicing = _replicated(sharing, "timeSlicing", False, problems)
+        mps = _replicated(sharing, "mps", True, problems)
         if problems:
             return None, problems
         return cls(
@@ -109,48 +117,57 @@ class DevicePluginConfig:
             version=_or_default(doc.get("version"), DEVICE_PLUGIN_CONFIG_VERSION),
             mig_strategy=_or_default((flags or {}).get("migStrategy"), "none"),
             time_slicing=time_slicing,
-            mps=(sharing or {}).get("mps") is not None,
+            mps=mps,
+            mps_root=(flags or {}).get("mpsRoot"),
             sharing=tuple(str(k) for k in sharing or {}),
         ), []
 
     def fields(self) -> dict[str, Any]:
         """The compared values, by the name a finding gives them."""
         out = {"version": self.version, "flags.migStrategy": self.mig_strategy}
-        if self.time_slicing is not None:
-            ts = self.time_slicing
-            out["sharing.timeSlicing.renameByDefault"] = ts.rename_by_default
-            out["sharing.timeSlicing.failRequestsGreaterThanOne"] = (
-                ts.fail_requests_greater_than_one
-            )
-            out[f"{GPU_RESOURCE} replicas"] = ts.replicas
+        if self.mps is not None:
+            out["flags.mpsRoot"] = self.mps_root
+        for key, section in (("timeSlicing", self.time_slicing), ("mps", self.mps)):
+            if section is not None:
+                out[f"sharing.{key}.renameByDefault"] = section.rename_by_default
+                out[f"sharing.{key}.failRequestsGreaterThanOne"] = (
+                    section.fail_requests_greater_than_one
+                )
+                # Time-slicing's keeps the name findings have always had.
+                label = "" if key == "timeSlicing" else f"sharing.{key} "
+                out[f"{label}{GPU_RESOURCE} replicas"] = section.replicas
         return out
 
     def document(self) -> dict[str, Any]:
         """The config as the plugin reads it (a dict of api/config/v1)."""
-        out: dict[str, Any] = {"version": self.version, "flags": {"migStrategy": self.mig_strategy}}
-        if self.time_slicing is not None:
-            ts = self.time_slicing
-            out["sharing"] = {
-                "timeSlicing": {
-                    "renameByDefault": ts.rename_by_default,
-                    "failRequestsGreaterThanOne": ts.fail_requests_greater_than_one,
-                    "resources": [{"name": GPU_RESOURCE, "replicas": ts.replicas}],
+        flags: dict[str, Any] = {"migStrategy": self.mig_strategy}
+        if self.mps is not None:
+            flags["mpsRoot"] = self.mps_root
+        out: dict[str, Any] = {"version": self.version, "flags": flags}
+        for key, section in (("timeSlicing", self.time_slicing), ("mps", self.mps)):
+            if section is not None:
+                out.setdefault("sharing", {})[key] = {
+                    "renameByDefault": section.rename_by_default,
+                    "failRequestsGreaterThanOne": section.fail_requests_greater_than_one,
+                    "resources": [{"name": GPU_RESOURCE, "replicas": section.replicas}],
                 }
-            }
         return out
 
     def yaml(self) -> str:
         """The document as YAML, one key a line in the plugin's documented order."""
         doc = self.document()
         lines = [f"version: {doc['version']}", "flags:", f"  migStrategy: {self.mig_strategy}"]
-        if self.time_slicing is not None:
-            ts = doc["sharing"]["timeSlicing"]
-            [resource] = ts["resources"]
+        if "mpsRoot" in doc["flags"]:
+            # A JSON string is a YAML string: a path with ": " or "#" stays one value.
+            lines.append(f"  mpsRoot: {json.dumps(doc['flags']['mpsRoot'])}")
+        for key, section in doc.get("sharing", {}).items():
+            [resource] = section["resources"]
             lines += [
                 "sharing:",
-                "  timeSlicing:",
-                f"    renameByDefault: {json.dumps(ts['renameByDefault'])}",
-                f"    failRequestsGreaterThanOne: {json.dumps(ts['failRequestsGreaterThanOne'])}",
+                f"  {key}:",
+                f"    renameByDefault: {json.dumps(section['renameByDefault'])}",
+                "    failRequestsGreaterThanOne: "
+                + json.dumps(section["failRequestsGreaterThanOne"]),
                 "    resources:",
                 f"      - name: {resource['name']}",
                 f"        replicas: {resource['replicas']}",
@@ -218,19 +235,33 @@ def check(plan: HostPlan, files: Mapping[str, str | None]) -> list[Finding]:
         report.add(CHECK, f"a device plugin config (api/config/v1) in {path}", problem, hint)
     if got is None:
         return report.findings
-    if want.time_slicing is not None and got.mps:
+    compared = want.fields()
+    if want.time_slicing is not None and got.mps is not None:
         report.add(
             CHECK,
             "sharing.timeSlicing only",
             "sharing.mps is set (MPS wins over time-slicing)",
             hint,
         )
-    elif want.time_slicing is None and got.sharing:
+    elif want.mps is not None and got.mps is None:
+        # One finding for the strategy, not one per missing MPS key.
+        report.add(CHECK, "sharing.mps (MPS)", f"sharing: {_sharing_text(got)}", hint)
+        compared = {
+            k: v for k, v in compared.items() if not k.startswith(("sharing.", "flags.mps"))
+        }
+    elif want.mps is not None and got.time_slicing is not None:
+        report.add(
+            "leftover",
+            "sharing.mps only",
+            "sharing.timeSlicing is set too (ignored while sharing.mps is set)",
+            hint,
+        )
+    elif want.strategy is None and got.sharing:
         report.add(
             "leftover", "no sharing section (MIG host)", f"sharing: {', '.join(got.sharing)}", hint
         )
     got_fields = got.fields()
-    for key, value in want.fields().items():
+    for key, value in compared.items():
         found = got_fields.get(key)
         # `true` and "true" differ: the plugin's parser rejects a quoted bool.
         if found != value or type(found) is not type(value):
@@ -250,6 +281,36 @@ def _mapping(parent: Any, key: str, where: str, problems: list[str]) -> Mapping 
         return value
     problems.append(f"{where}: {kind(value)}, not a mapping")
     return None
+
+
+def _replicated(
+    sharing: Mapping | None, key: str, fail_default: bool, problems: list[str]
+) -> ReplicatedConfig | None:
+    """``sharing[key]`` read as the plugin reads it (unset flags at their defaults), with its
+    ``nvidia.com/gpu`` resource; None when the section is absent."""
+    section = _mapping(sharing, key, f"sharing.{key}", problems)
+    if section is None:
+        return None
+    where = f"sharing.{key}.resources"
+    resources = section.get("resources")
+    if resources is not None and not isinstance(resources, list):
+        problems.append(f"{where}: {kind(resources)}, not a list")
+        resources = None
+    gpu = None
+    for n, resource in enumerate(resources or []):
+        if not isinstance(resource, Mapping):
+            problems.append(f"{where}[{n}]: {kind(resource)}, not a mapping")
+        elif gpu is None and resource.get("name") in _GPU_NAMES:
+            gpu = resource
+    return ReplicatedConfig(
+        section.get("renameByDefault", False),
+        section.get("failRequestsGreaterThanOne", fail_default),
+        gpu.get("replicas") if gpu else None,
+    )
+
+
+def _sharing_text(config: DevicePluginConfig) -> str:
+    return ", ".join(config.sharing) or "none"
 
 
 def _or_default(value: Any, default: str) -> Any:

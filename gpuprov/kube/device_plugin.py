@@ -10,11 +10,13 @@ cmd/config-manager).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from gpuprov.contract import (
     DEVICE_PLUGIN_CONFIG_VERSION,
     DEVICE_PLUGIN_DEFAULT_CONFIG,
+    MPS_ROOT,
 )
 from gpuprov.hostfiles import device_plugin
 from gpuprov.plan import HostPlan
@@ -42,16 +44,28 @@ def config_name(config: dict[str, Any]) -> str:
 
     ``shared-r4`` (time-slicing x4, renamed to ``nvidia.com/gpu.shared``, one replica per
     container), ``shared-r4-norename`` (advertised as ``nvidia.com/gpu``), ``shared-r4-multi``
-    (more than one replica per container allowed), ``mig-mixed``, ``mig-single``, ``whole``.
-    Each name is also a valid label value (at most 63 characters).
+    (more than one replica per container allowed), ``shared-mps-r4`` (MPS x4; with
+    ``-root-<hash>`` when its ``mpsRoot`` is not the chart's default), ``mig-mixed``,
+    ``mig-single``, ``whole``. Each name is also a valid label value (at most 63 characters).
+
+    >>> config_name({"flags": {"mpsRoot": "/run/nvidia/mps"}, "sharing": {"mps": {
+    ...     "renameByDefault": True, "failRequestsGreaterThanOne": True,
+    ...     "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}})
+    'shared-mps-r4'
     """
-    slicing = config.get("sharing", {}).get("timeSlicing")
-    if slicing:
-        name = f"shared-r{slicing['resources'][0]['replicas']}"
-        if not slicing["renameByDefault"]:
+    sharing = config.get("sharing", {})
+    for key, prefix in (("mps", "shared-mps"), ("timeSlicing", "shared")):
+        section = sharing.get(key)
+        if not section:
+            continue
+        name = f"{prefix}-r{section['resources'][0]['replicas']}"
+        if not section["renameByDefault"]:
             name += "-norename"
-        if not slicing["failRequestsGreaterThanOne"]:
+        if not section["failRequestsGreaterThanOne"]:
             name += "-multi"
+        root = config["flags"].get("mpsRoot")
+        if key == "mps" and root != MPS_ROOT:
+            name += "-root-" + hashlib.sha256(str(root).encode()).hexdigest()[:8]
         return name
     strategy = config["flags"]["migStrategy"]
     return DEVICE_PLUGIN_DEFAULT_CONFIG if strategy == "none" else f"mig-{strategy}"

@@ -22,6 +22,7 @@ from gpuprov.contract import (
     MIG_CONFIG_LABEL,
     MIG_PARTED_CONFIGMAP,
     MIG_PARTED_CONFIGMAP_KEY,
+    MPS_CAPABLE_LABEL,
     NPD_CONDITION,
     NPD_CONFIGMAP_KEY,
     OWNED_LABELS_ANNOTATION,
@@ -136,6 +137,8 @@ def render(
             config = host_config(host)
             configs[config_name(config)] = config
             labels[DEVICE_PLUGIN_CONFIG_LABEL] = config_name(config)
+            if "mps" in config.get("sharing", {}):
+                labels[MPS_CAPABLE_LABEL] = "true"
         if mig is not None and host.name in mig.host_configs:
             labels[MIG_CONFIG_LABEL] = mig.host_configs[host.name]
         if only is None or host.name in only:
@@ -144,11 +147,22 @@ def render(
         raise InputError(problems)
     configs = dict(sorted(configs.items()))
     all_taints = [t for n in nodes for t in n.taints]
+    mps_roots = sorted({c["flags"]["mpsRoot"] for c in configs.values() if "mpsRoot" in c["flags"]})
     operator_values, warnings = helm.gpu_operator(
-        list(cluster.hosts), all_taints, mig_manager == "operator"
+        list(cluster.hosts),
+        all_taints,
+        mig_manager == "operator",
+        mps_roots[0] if mps_roots else None,
     )
     if mig is not None and mig.host_configs:
         warnings.insert(0, partedconfig.PLACEMENT_WARNING)
+    if len(mps_roots) > 1:
+        # The chart mounts one host directory for every node's MPS daemon and plugin.
+        warnings.append(
+            f"the device plugin chart and the GPU Operator have one mps.root for the whole "
+            "cluster; the plan has "
+            f"mps_root {' and '.join(mps_roots)}: values set {mps_roots[0]}"
+        )
 
     files: dict[str, tuple[str, list[Any]]] = {}
     files["device-plugin-configmap.yaml"] = (
@@ -181,7 +195,7 @@ def render(
     )
     files["device-plugin-values.yaml"] = (
         "Helm values for NVIDIA's nvidia-device-plugin chart (docs/kubernetes.md).",
-        [helm.device_plugin_chart(all_taints)],
+        [helm.device_plugin_chart(all_taints, mps_roots[0] if mps_roots else None)],
     )
     files["gpu-operator-values.yaml"] = (
         "Helm values for NVIDIA's gpu-operator chart (docs/kubernetes.md).",

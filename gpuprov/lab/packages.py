@@ -60,6 +60,7 @@ DRIVER_PACKAGES = (
     "nvidia-smi",
     "libnvidia-ml1",
     "nvidia-persistenced",
+    "nvidia-cuda-mps",
 )
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.18.0-1")  # Debian versions, as NVIDIA's repository has them
 SIM_STATE = SIM_STATE_PATH
@@ -152,6 +153,12 @@ def _driver(upstream: str) -> list[Package]:
             section="non-free/utils",
         ),
         package(
+            "nvidia-cuda-mps",
+            "NVIDIA CUDA Multi Process Service (MPS)",
+            files=_mps_stand_ins(upstream),
+            section="non-free/utils",
+        ),
+        package(
             "nvidia-driver",
             "NVIDIA metapackage",
             depends=(
@@ -162,6 +169,21 @@ def _driver(upstream: str) -> list[Package]:
             section="non-free/x11",
         ),
     ]
+
+
+def _mps_stand_ins(upstream: str) -> dict[str, File]:
+    """The MPS binaries where Debian puts them, answering as a host without an MPS server
+    would: the simulated GPUs run no CUDA, so nothing may pretend MPS is up (NVIDIA's device
+    plugin keeps waiting for the daemon, as on a host where it has not started)."""
+    script = (
+        "#!/bin/sh\n"
+        f"echo 'nvidia-cuda-mps (gpuprov lab simulation of {upstream}): the simulated GPUs run "
+        "no MPS server' >&2\nexit 1\n"
+    ).encode()
+    return {
+        "/usr/bin/nvidia-cuda-mps-control": File(script, 0o755),
+        "/usr/bin/nvidia-cuda-mps-server": File(script, 0o755),
+    }
 
 
 def _persistenced() -> Package:

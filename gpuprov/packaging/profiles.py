@@ -42,6 +42,7 @@ _ERA_KEYS = {
     "persistenced",
     "persistenced_own_version",
     "fabric_manager",
+    "mps",
     "lock",
     "pin",
 }
@@ -63,6 +64,7 @@ class Era:
     persistenced: str | None
     persistenced_own_version: bool
     fabric_manager: str | None
+    mps: str | None
     lock: str | None
     pin: tuple[str, ...]
 
@@ -123,9 +125,18 @@ def branch_of(version: str) -> int:
 
 
 def driver_packages(
-    source: Profile, version: str, persistenced: bool = True, fabric_manager: bool = False
+    source: Profile,
+    version: str,
+    persistenced: bool = True,
+    fabric_manager: bool = False,
+    mps: bool = False,
 ) -> DriverPackages:
-    """The packages of driver ``version`` (upstream) on ``source``."""
+    """The packages of driver ``version`` (upstream) on ``source``; ``mps`` adds the one with
+    the CUDA MPS binaries.
+
+    >>> driver_packages(profile("debian-nonfree"), "535.261.03", mps=True).exact[-1]
+    'nvidia-cuda-mps'
+    """
     era = source.era(branch_of(version))
     fields = {"branch": branch_of(version), "version": version}
     exact = [name.format(**fields) for name in era.driver] + [era.nvml.format(**fields)]
@@ -141,6 +152,10 @@ def driver_packages(
                 "ubuntu-archive)"
             )
         exact.append(era.fabric_manager.format(**fields))
+    if mps:
+        if not era.mps:
+            raise ProfileError(f"{source.name} ({source.title}) names no package for CUDA MPS")
+        exact.append(era.mps.format(**fields))
     return DriverPackages(
         exact=tuple(dict.fromkeys(exact)),
         own=tuple(own),
@@ -164,7 +179,7 @@ def every_driver_name(version: str, persistenced: bool = True) -> tuple[str, ...
 
 
 def _templates(era: Era) -> list[str]:
-    optional = (era.nvml, era.persistenced, era.fabric_manager, era.lock)
+    optional = (era.nvml, era.persistenced, era.fabric_manager, era.mps, era.lock)
     return list(era.driver) + [t for t in optional if t]
 
 
@@ -310,7 +325,7 @@ def _era(body: Any, where: str) -> Era:
         raise ProfileError(f"{where}: revision is not a regular expression: {e}") from None
     optional = {
         k: (_str(body[k], f"{where}: {k}") if body.get(k) is not None else None)
-        for k in ("persistenced", "fabric_manager", "lock")
+        for k in ("persistenced", "fabric_manager", "mps", "lock")
     }
     own = body.get("persistenced_own_version", False)
     if not isinstance(own, bool):
@@ -323,6 +338,7 @@ def _era(body: Any, where: str) -> Era:
         persistenced=optional["persistenced"],
         persistenced_own_version=own,
         fabric_manager=optional["fabric_manager"],
+        mps=optional["mps"],
         lock=optional["lock"],
         pin=_strs(body["pin"], f"{where}: pin"),
     )
