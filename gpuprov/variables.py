@@ -372,7 +372,8 @@ _VARIABLES = [
     Variable(
         "device_plugin_reload_command",
         "pkill -HUP -f '^(/[^ ]*/)?nvidia-device-plugin( |$)' || true",
-        "Shell command that makes the device plugin re-read its config (SIGHUP).",
+        "Shell command that restarts the device plugin (SIGHUP: it re-reads its config and "
+        "lists its devices again); run after its config, the MIG layout or the MIG mode changed.",
         _str,
     ),
     # --- MIG (hosts in `mig`)
