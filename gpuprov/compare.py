@@ -20,7 +20,8 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuprov.checks import gpus
+from gpuprov.checks import gpus, kubelet_devices
+from gpuprov.contract import KUBELET_DEVICE_PLUGIN_DIR
 from gpuprov.findings import Finding
 from gpuprov.hostfiles import Wanted, device_plugin, kubelet, mig_layout, mig_unit
 from gpuprov.hostfiles import containerd as containerd_file
@@ -38,6 +39,12 @@ def containerd_main(plan: HostPlan) -> str | None:
     if plan.container_runtime == "containerd":
         return plan.settings["containerd_config_path"]
     return None
+
+
+def kubelet_devices_dir(plan: HostPlan) -> str | None:
+    """The kubelet's device-plugin directory the probe reads (``--kubelet-devices``); None when
+    the host's ``verify_kubelet_devices`` is off."""
+    return KUBELET_DEVICE_PLUGIN_DIR if plan.settings["verify_kubelet_devices"] else None
 
 
 def _files(check: Callable[[HostPlan, Mapping[str, Any]], list[Finding]]) -> FileCheck:
@@ -93,6 +100,8 @@ def probe_command(plan: HostPlan) -> str:
         words += ["--glob", pattern]
     if containerd_main(plan):
         words += ["--containerd", containerd_main(plan)]
+    if kubelet_devices_dir(plan):
+        words += ["--kubelet-devices", kubelet_devices_dir(plan)]
     return shlex.join(words)
 
 
@@ -105,6 +114,12 @@ def compare(plan: HostPlan, observed: Any) -> list[Finding]:
     if probe is None:
         return findings
     findings += _guarded(plan, "GPU", lambda: gpus.check(plan, probe))
+    if kubelet_devices_dir(plan):
+        findings += _guarded(
+            plan,
+            "kubelet devices",
+            lambda: kubelet_devices.check(plan, probe, probe_command(plan)),
+        )
     missing = missing_files(plan.name, probe, wanted_files(plan), probe_command(plan))
     if missing or probe.files is None:
         # Unread files would look absent, and "absent" passes some checks: no file verdict

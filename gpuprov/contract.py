@@ -112,7 +112,17 @@ KUBELET_UNIT = "kubelet.service"
 # Where device plugins register (k8s.io/kubelet pkg/apis/deviceplugin/v1beta1 DevicePluginPath)
 # and the device manager's checkpoint in it (kubernetes pkg/kubelet/cm/devicemanager/types.go).
 KUBELET_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-KUBELET_DEVICE_CHECKPOINT = f"{KUBELET_DEVICE_PLUGIN_DIR}/kubelet_internal_checkpoint"
+KUBELET_DEVICE_CHECKPOINT_NAME = "kubelet_internal_checkpoint"
+KUBELET_DEVICE_CHECKPOINT = f"{KUBELET_DEVICE_PLUGIN_DIR}/{KUBELET_DEVICE_CHECKPOINT_NAME}"
+# The kubelet's registration socket in that directory (pluginapi.KubeletSocket): there while a
+# kubelet runs its device manager.
+KUBELET_SOCKET_NAME = "kubelet.sock"
+# The most the probe reads of the checkpoint: it lists every device id of every resource (and
+# again per allocation); 32 GPUs x 1024 replicas of ~50-byte ids is ~1.6 MB, so 8 MiB leaves room
+# for the pods' entries and stays bounded.
+KUBELET_CHECKPOINT_MAX_BYTES = 8 << 20
+# The most socket names the probe lists in the directory (one per resource a plugin serves).
+DEVICE_PLUGIN_SOCKETS_MAX = 256
 
 # --- Device plugin --------------------------------------------------------------------------------
 DEVICE_PLUGIN_CONFIG_PATH = "/etc/nvidia/device-plugin/config.yaml"
@@ -120,6 +130,12 @@ DEVICE_PLUGIN_CONFIG_VERSION = "v1"  # NVIDIA/k8s-device-plugin api/config/v1
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 MIG_STRATEGIES = ("none", "single", "mixed")
+# NVIDIA's plugin serves each resource ``nvidia.com/<name>`` on its own socket
+# ``nvidia-<name>.sock`` in the kubelet's device-plugin directory (internal/plugin/server.go,
+# https://github.com/NVIDIA/k8s-device-plugin/blob/v0.20.0/internal/plugin/server.go).
+DEVICE_PLUGIN_RESOURCE_DOMAIN = "nvidia.com"
+DEVICE_PLUGIN_SOCKET_PREFIX = "nvidia-"
+DEVICE_PLUGIN_SOCKET_SUFFIX = ".sock"
 
 # --- Kubernetes objects (gpuprov kube) ---------------------------------------------------------
 # The node label NVIDIA's config-manager sidecar reads to pick a named device plugin config
@@ -209,6 +225,31 @@ def kubelet_drop_in_glob(kubelet_config_dir: str | None) -> str | None:
     '/etc/kubernetes/kubelet.conf.d/*.conf'
     """
     return posixpath.join(kubelet_config_dir, "*.conf") if kubelet_config_dir else None
+
+
+def device_plugin_socket(resource: str) -> str | None:
+    """The socket NVIDIA's device plugin serves ``resource`` on; None outside ``nvidia.com``.
+
+    >>> device_plugin_socket("nvidia.com/gpu.shared"), device_plugin_socket("example.com/fpga")
+    ('nvidia-gpu.shared.sock', None)
+    """
+    domain, _, name = resource.partition("/")
+    if domain != DEVICE_PLUGIN_RESOURCE_DOMAIN or not name:
+        return None
+    return f"{DEVICE_PLUGIN_SOCKET_PREFIX}{name}{DEVICE_PLUGIN_SOCKET_SUFFIX}"
+
+
+def device_plugin_resource(socket: str) -> str | None:
+    """The resource NVIDIA's device plugin serves on ``socket``; None for other sockets.
+
+    >>> device_plugin_resource("nvidia-mig-1g.10gb.sock"), device_plugin_resource("kubelet.sock")
+    ('nvidia.com/mig-1g.10gb', None)
+    """
+    prefix, suffix = DEVICE_PLUGIN_SOCKET_PREFIX, DEVICE_PLUGIN_SOCKET_SUFFIX
+    if not socket.startswith(prefix) or not socket.endswith(suffix):
+        return None
+    name = socket[len(prefix) : -len(suffix)]
+    return f"{DEVICE_PLUGIN_RESOURCE_DOMAIN}/{name}" if name else None
 
 
 def apt_source_path(repo: str) -> str:

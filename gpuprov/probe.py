@@ -12,7 +12,10 @@ numbering, the one ``-cgi`` and ``GpuInstanceInfo.profileId`` use) lists that pr
 The ``files`` section holds each requested file's text, ``null`` for a file that does not
 exist, and ``{"error": why}`` for one the probe does not read: larger than
 ``PROBE_FILE_MAX_BYTES`` (1 MiB), not a regular file (``/dev/zero``, a FIFO, a directory) or
-unreadable. Reads never block and never hold more than the limit in memory.
+unreadable. Reads never block and never hold more than the limit in memory. With
+``--kubelet-devices DIR`` the ``kubelet_devices`` section holds the kubelet's device-manager
+checkpoint (read the same way, up to ``KUBELET_CHECKPOINT_MAX_BYTES``) and the socket names in
+DIR (``gpuprov/agent/kubelet_devices.py``).
 
     $ python3 -m gpuprov.probe --file /etc/nvidia/device-plugin/config.yaml
     {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "535.261.03", ...}
@@ -34,8 +37,10 @@ from typing import Any
 
 import pynvml
 
-from gpuprov.agent import containerd_state
+from gpuprov.agent import containerd_state, kubelet_devices
 from gpuprov.contract import (
+    KUBELET_CHECKPOINT_MAX_BYTES,
+    KUBELET_DEVICE_CHECKPOINT_NAME,
     NVML_PROFILE_ABSENT,
     PROBE_FILE_MAX_BYTES,
     PROBE_SCHEMA,
@@ -54,11 +59,15 @@ _INIT_FAILURES = {
 
 
 def probe(
-    files: Sequence[str] = (), globs: Sequence[str] = (), containerd: str | None = None
+    files: Sequence[str] = (),
+    globs: Sequence[str] = (),
+    containerd: str | None = None,
+    kubelet_devices_dir: str | None = None,
 ) -> dict[str, Any]:
     """The probe document for this host; ``files``/``globs`` add a ``files`` section,
     ``containerd`` (the main config's path) a ``containerd`` section: what containerd says
-    about its effective config (``gpuprov.agent.containerd_state``).
+    about its effective config (``gpuprov.agent.containerd_state``); ``kubelet_devices_dir``
+    (the kubelet's device-plugin directory) a ``kubelet_devices`` section (``kubelet_devices``).
 
     >>> probe()["nvml"]            # on a machine without libnvidia-ml  # doctest: +SKIP
     'library-not-found'
@@ -78,7 +87,24 @@ def probe(
         document["containerd"] = containerd_state.read(
             containerd, containerd_drop_in_path(containerd)
         )
+    if kubelet_devices_dir:
+        document["kubelet_devices"] = read_kubelet_devices(kubelet_devices_dir)
     return document
+
+
+def read_kubelet_devices(directory: str) -> dict[str, Any]:
+    """What the kubelet registered: its device-manager checkpoint's text (as ``read_file``
+    reports a file, up to ``KUBELET_CHECKPOINT_MAX_BYTES``) and the sockets in ``directory``.
+
+    >>> read_kubelet_devices("/nonexistent")
+    {'directory': '/nonexistent', 'checkpoint': None, 'sockets': None}
+    """
+    checkpoint = os.path.join(directory, KUBELET_DEVICE_CHECKPOINT_NAME)
+    return {
+        "directory": directory,
+        "checkpoint": read_file(checkpoint, KUBELET_CHECKPOINT_MAX_BYTES),
+        "sockets": kubelet_devices.sockets(directory),
+    }
 
 
 class SimulatedDriverError(Exception):
@@ -302,6 +328,12 @@ def _parser() -> argparse.ArgumentParser:
         help="include containerd's release, effective config and CRI plugin state for the "
         "main config at PATH",
     )
+    parser.add_argument(
+        "--kubelet-devices",
+        metavar="DIR",
+        help="include the kubelet's device-manager checkpoint and the socket names in DIR "
+        "(the kubelet's device-plugin directory)",
+    )
     parser.add_argument("--format", choices=["json"], default="json", help="output format")
     return parser
 
@@ -312,7 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = _parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    print(json.dumps(probe(options.file, options.glob, options.containerd), indent=2))
+    document = probe(options.file, options.glob, options.containerd, options.kubelet_devices)
+    print(json.dumps(document, indent=2))
     return 0
 
 

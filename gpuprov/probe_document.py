@@ -19,7 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprov.contract import PROBE_AGENT_MISSING, PROBE_NVML_OK, PROBE_NVML_STATES, PROBE_SCHEMA
+from gpuprov.contract import (
+    DEVICE_PLUGIN_SOCKETS_MAX,
+    PROBE_AGENT_MISSING,
+    PROBE_NVML_OK,
+    PROBE_NVML_STATES,
+    PROBE_SCHEMA,
+)
 from gpuprov.findings import Finding
 from gpuprov.hostfiles import Wanted
 from gpuprov.hostfiles.documents import kind, one_line, shown
@@ -35,8 +41,19 @@ MAX_NVML_STRING = 96
 
 _TOP = {"schema", "nvml", "gpus"}
 # ``containerd``: what containerd says about its effective config, on containerd hosts; its
-# content is the container runtime check's to validate.
-_TOP_OPTIONAL = {"error", "driver_version", "nvml_version", "files", "containerd"}
+# content is the container runtime check's to validate. ``kubelet_devices``: what the kubelet
+# registered (checkpoint text, socket names), checked here for its shape.
+_TOP_OPTIONAL = {
+    "error",
+    "driver_version",
+    "nvml_version",
+    "files",
+    "containerd",
+    "kubelet_devices",
+}
+_KUBELET_DEVICES = ("directory", "checkpoint", "sockets")
+# A socket name is one directory entry: NAME_MAX of Linux file systems.
+_NAME_MAX = 255
 _GPU = ("index", "uuid", "name", "memory_total_mib", "pci_bus_id", "mig", "gpu_instances")
 _GI = ("id", "profile_id", "profile", "start", "size", "compute_instances")
 _CI = ("id", "profile_id", "slice_count")
@@ -57,6 +74,8 @@ class ProbeDocument:
     gpus: tuple[Mapping[str, Any], ...]
     files: Mapping[str, str | Mapping[str, str] | None] | None
     containerd: Mapping[str, Any] | None = None
+    # {"directory", "checkpoint": text | None | {"error"}, "sockets": [names] | None | {"error"}}
+    kubelet_devices: Mapping[str, Any] | None = None
 
 
 def read(
@@ -110,6 +129,7 @@ def read(
         gpus=tuple(document["gpus"]),
         files=document.get("files"),
         containerd=document.get("containerd"),
+        kubelet_devices=document.get("kubelet_devices"),
     ), []
 
 
@@ -231,6 +251,8 @@ class _Schema:
         containerd = doc.get("containerd")
         if containerd is not None and not isinstance(containerd, Mapping):
             self.fail("containerd", f"{kind(containerd)}, not a JSON object")
+        if "kubelet_devices" in doc:
+            self.kubelet_devices(doc["kubelet_devices"])
 
     def gpus(self, gpus: list) -> None:
         indices: dict[int, int] = {}
@@ -301,15 +323,36 @@ class _Schema:
                         self.integer(f"{ci_at}.profile_id", ci.get("profile_id"))
                         self.integer(f"{ci_at}.slice_count", ci.get("slice_count"), 1)
 
+    def kubelet_devices(self, section: Any) -> None:
+        where = "kubelet_devices"
+        if not self.keys(where, section, _KUBELET_DEVICES):
+            return
+        self.string(f"{where}.directory", section.get("directory"), empty=False, longest=None)
+        self.file_entry(f"{where}.checkpoint", section.get("checkpoint"))
+        sockets = section.get("sockets")
+        if sockets is None or _unread(sockets):
+            return
+        if self.listed(f"{where}.sockets", sockets, DEVICE_PLUGIN_SOCKETS_MAX):
+            for n, name in enumerate(sockets):
+                if self.string(f"{where}.sockets[{n}]", name, empty=False, longest=_NAME_MAX):
+                    if "/" in name or name in (".", ".."):
+                        self.fail(f"{where}.sockets[{n}]", f"{shown(name)} is not a file name")
+
+    def file_entry(self, where: str, text: Any) -> None:
+        """A file as the probe reports it: its text, null (absent) or ``{"error": why}``."""
+        if not isinstance(text, str) and text is not None and not _unread(text):
+            self.fail(where, f"{kind(text)}, not a file's text, null or an error")
+
     def files(self, files: Any) -> None:
         if not isinstance(files, Mapping):
             self.fail("files", f"{kind(files)}, not a JSON object")
             return
         for path, text in files.items():
-            unread = isinstance(text, Mapping) and set(text) == {"error"}
-            if unread and isinstance(text["error"], str):
-                continue
-            if not isinstance(text, str) and text is not None:
-                self.fail(
-                    f"files[{shown(path)}]", f"{kind(text)}, not a file's text, null or an error"
-                )
+            self.file_entry(f"files[{shown(path)}]", text)
+
+
+def _unread(entry: Any) -> bool:
+    """``{"error": why}``: what the probe says in place of something it did not read."""
+    return (
+        isinstance(entry, Mapping) and set(entry) == {"error"} and isinstance(entry["error"], str)
+    )

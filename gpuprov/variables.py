@@ -430,6 +430,17 @@ _VARIABLES = [
         _optional(_path),
     ),
     Variable("kubelet_config_path", KUBELET_CONFIG_PATH, "kubelet's main config file.", _path),
+    # A host provisioned before it joins a cluster, or before the device plugin is installed
+    # there (Helm chart, GPU Operator), has nothing registered yet: its owner turns this off
+    # until then, rather than read a finding that is expected.
+    Variable(
+        "verify_kubelet_devices",
+        True,
+        "`gpuprov verify` checks on the host what the kubelet registered from the device plugin "
+        "(its device-manager checkpoint: each planned resource with its count; a plugin socket "
+        "serving it). `False` for hosts whose kubelet or device plugin does not run yet.",
+        _bool,
+    ),
     # --- gpuprov's own host agent
     Variable(
         "gpuprov_agent_path",

@@ -36,7 +36,13 @@ from pyinfra.context import ctx_host, ctx_state
 
 from gpuprov import inventory as inventory_
 from gpuprov import keepalive
-from gpuprov.compare import compare, containerd_main, probe_command, wanted_files
+from gpuprov.compare import (
+    compare,
+    containerd_main,
+    kubelet_devices_dir,
+    probe_command,
+    wanted_files,
+)
 from gpuprov.contract import SNAPSHOT_SUFFIX
 from gpuprov.facts.probe import VerifyProbe
 from gpuprov.findings import Finding
@@ -63,8 +69,9 @@ def unreachable(host: str, reason: str, hint: str) -> Finding:
 
 
 def fact_arguments(plan: HostPlan) -> dict[str, Any]:
-    """The ``VerifyProbe`` arguments for one host: its agent, interpreter, wanted files and, on
-    containerd hosts, the main config whose effective result the probe reads."""
+    """The ``VerifyProbe`` arguments for one host: its agent, interpreter, wanted files, on
+    containerd hosts the main config whose effective result the probe reads, and the kubelet's
+    device-plugin directory (unless ``verify_kubelet_devices`` is off)."""
     wanted = wanted_files(plan)
     return {
         "agent_path": plan.settings["gpuprov_agent_path"],
@@ -72,6 +79,7 @@ def fact_arguments(plan: HostPlan) -> dict[str, Any]:
         "files": list(wanted.files),
         "globs": list(wanted.globs),
         "containerd": containerd_main(plan),
+        "kubelet_devices": kubelet_devices_dir(plan),
     }
 
 

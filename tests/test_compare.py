@@ -16,9 +16,11 @@ from gpuprov.cli.verify import hosts_summary, verify_report
 from gpuprov.compare import compare, wanted_files
 from gpuprov.contract import MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
 from gpuprov.findings import Finding
+from gpuprov.plan import HostPlan
 from gpuprov.sim import state as sim_state
 from gpuprov.verify import unreachable
 from tests import containerd_states
+from tests.probes import kubelet_devices, kubelet_directory
 
 A100 = "NVIDIA A100-SXM4-80GB"
 DEVICE_PLUGIN = "/etc/nvidia/device-plugin/config.yaml"
@@ -70,8 +72,9 @@ def gpu(
     }
 
 
-def probe(gpus: list[dict], files: dict) -> dict:
-    return {
+def probe(gpus: list[dict], files: dict, plan: HostPlan | None = None) -> dict:
+    """A probe document; with ``plan``, the kubelet has registered exactly its resources."""
+    document = {
         "schema": PROBE_SCHEMA,
         "nvml": "ok",
         "error": None,
@@ -81,6 +84,9 @@ def probe(gpus: list[dict], files: dict) -> dict:
         "files": files,
         "containerd": copy.deepcopy(containerd_states.MATCHING),
     }
+    if plan is not None:
+        document["kubelet_devices"] = kubelet_devices(plan)
+    return document
 
 
 def yaml_text(text: str) -> str:
@@ -138,14 +144,14 @@ def host_files(plugin: str | None, max_pods: int) -> dict:
 @pytest.fixture
 def shared(tmp_path):
     plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
-    return plan, probe([gpu(0), gpu(1)], host_files(SHARED_PLUGIN, 118))
+    return plan, probe([gpu(0), gpu(1)], host_files(SHARED_PLUGIN, 118), plan)
 
 
 @pytest.fixture
 def mig(tmp_path):
     plan = plan_for(tmp_path, "mig", mig_layout=BALANCED)
     observed = probe(
-        [gpu(i, (True, True), balanced_gis()) for i in (0, 1)], host_files(MIG_PLUGIN, 110)
+        [gpu(i, (True, True), balanced_gis()) for i in (0, 1)], host_files(MIG_PLUGIN, 110), plan
     )
     return plan, observed
 
@@ -153,7 +159,7 @@ def mig(tmp_path):
 @pytest.fixture
 def whole(tmp_path):
     plan = plan_for(tmp_path, "whole_card")
-    return plan, probe([gpu(0), gpu(1)], host_files(None, 110))
+    return plan, probe([gpu(0), gpu(1)], host_files(None, 110), plan)
 
 
 def checks(findings: list[Finding]) -> list[tuple]:
@@ -382,9 +388,9 @@ def test_kubelet_drop_in_overrides_the_main_file(tmp_path):
     plan = plan_for(tmp_path, "whole_card", kubelet_max_pods=200)
     files = host_files(None, 200)
     files[KUBELET] = kubelet_conf(110)
-    assert compare(plan, probe([gpu(0), gpu(1)], files)) == []
+    assert compare(plan, probe([gpu(0), gpu(1)], files, plan)) == []
     files[f"{KUBELET_DIR}/50-gpuprov.conf"] = None
-    [finding] = compare(plan, probe([gpu(0), gpu(1)], files))
+    [finding] = compare(plan, probe([gpu(0), gpu(1)], files, plan))
     assert (finding.expected, finding.found) == ("maxPods 200", f"maxPods 110 ({KUBELET})")
 
 
@@ -392,7 +398,7 @@ def test_kubelet_without_any_max_pods_runs_with_its_default(tmp_path):
     plan = plan_for(tmp_path, "whole_card", kubelet_config_dir=None, kubelet_max_pods=200)
     files = host_files(None, 200)
     files[KUBELET] = None
-    [finding] = compare(plan, probe([gpu(0), gpu(1)], files))
+    [finding] = compare(plan, probe([gpu(0), gpu(1)], files, plan))
     assert finding.found == "maxPods 110 (kubelet default)"
 
 
@@ -411,7 +417,7 @@ def docker(tmp_path):
             "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}},
         }
     )
-    return plan, probe([gpu(0), gpu(1)], files)
+    return plan, probe([gpu(0), gpu(1)], files, plan)
 
 
 def test_docker_daemon_json_with_the_nvidia_runtime_matches(docker):
@@ -606,6 +612,7 @@ def generated(tmp_path, mode: str, **data):
         f'version = 2\nimports = ["{root}/containerd/conf.d/*.toml"]\n'
     )
     (root / "containerd" / "conf.d" / "99-nvidia.toml").write_text(NVIDIA_DROP_IN)
+    kubelet_directory(root / "device-plugins", plan)
     state = tmp_path / "gpus.json"
     sim_state.write_new(str(state), sim_state.new_state("A100-80GB", 2, seed="compare"))
     if mode == "mig":
@@ -617,6 +624,7 @@ def generated(tmp_path, mode: str, **data):
         wanted = wanted_files(plan)
         argv = [a for path in wanted.files for a in ("--file", path)]
         argv += [a for pattern in wanted.globs for a in ("--glob", pattern)]
+        argv += ["--kubelet-devices", str(root / "device-plugins")]
         out = subprocess.run(
             [sys.executable, "-m", "gpuprov.probe", *argv],
             check=True,

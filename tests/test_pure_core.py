@@ -15,6 +15,7 @@ import pytest
 CORE = [
     "gpuprov.catalog",
     "gpuprov.checks.gpus",
+    "gpuprov.checks.kubelet_devices",
     "gpuprov.compare",
     "gpuprov.contract",
     "gpuprov.errors",
