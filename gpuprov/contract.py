@@ -79,6 +79,9 @@ APT_PIN_PRIORITY = 1001
 OS_RELEASE_PATH = "/etc/os-release"  # its ID chooses the driver's package source by default
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
 FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
+# Every device node the NVIDIA driver makes starts so: nvidia0.., nvidiactl, nvidia-uvm,
+# nvidia-modeset, nvidia-caps/. A process holding any of them open blocks a GPU reset.
+NVIDIA_DEVICE_PREFIX = "/dev/nvidia"
 
 # --- Container runtime ----------------------------------------------------------------------------
 CONTAINER_RUNTIMES = ("containerd", "docker")
@@ -136,6 +139,24 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_PLUGIN_RESOURCE_DOMAIN = "nvidia.com"
 DEVICE_PLUGIN_SOCKET_PREFIX = "nvidia-"
 DEVICE_PLUGIN_SOCKET_SUFFIX = ".sock"
+
+# --- GPU clients -------------------------------------------------------------------------------
+# Default of `gpu_clients`: the units stopped, in this order, before a GPU reset or a MIG mode
+# change, and started again in reverse after. mig-parted's pre-apply-mode hooks stop the
+# Kubernetes services (kubelet, dcgm-exporter), then the driver services (nvsm, nvidia-dcgm)
+# (deployments/systemd/hooks-default.yaml, hooks.sh); the GPU Operator's list of GPU clients adds
+# dcgm and nv_peer_mem; nvidia-persistenced holds every GPU open (NVIDIA/gpu-operator#118); and
+# the device plugin, when systemd runs it, holds NVML (shared/reference/consumers.md).
+GPU_CLIENT_UNITS = (
+    KUBELET_UNIT,
+    "nvidia-device-plugin.service",  # where systemd runs the plugin (not a DaemonSet)
+    "dcgm-exporter.service",
+    "nvsm.service",
+    "nvidia-dcgm.service",
+    "dcgm.service",
+    "nv_peer_mem.service",
+    PERSISTENCED_UNIT,
+)
 
 # --- Kubernetes objects (gpuprov kube) ---------------------------------------------------------
 # The node label NVIDIA's config-manager sidecar reads to pick a named device plugin config

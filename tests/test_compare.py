@@ -293,7 +293,7 @@ def test_stale_mig_layout_file_on_a_mig_host_is_drift(mig):
             }
             for i in (0, 1)
         ],
-        "gpu_clients": plan.settings["mig_gpu_clients"],
+        "gpu_clients": plan.settings["gpu_clients"],
         "allow_reboot": plan.settings["mig_reboot"],
     }
     observed["files"][MIG_LAYOUT_PATH] = json.dumps(layout)

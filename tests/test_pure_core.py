@@ -20,6 +20,7 @@ CORE = [
     "gpuprov.contract",
     "gpuprov.errors",
     "gpuprov.findings",
+    "gpuprov.gpu_clients",
     "gpuprov.hostfiles.apt_preferences",
     "gpuprov.hostfiles.apt_source",
     "gpuprov.hostfiles.containerd",
