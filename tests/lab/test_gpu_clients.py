@@ -19,7 +19,7 @@ pytestmark = pytest.mark.lab
 
 PLUGIN = "nvidia-device-plugin.service"
 HOLDER = "gpu-holder.service"
-HOLDER_UNIT = f"""[Unit]
+HOLDER_UNIT = """[Unit]
 Description=A program using GPU 0 that gpuprov does not know (test)
 
 [Service]
