@@ -42,7 +42,10 @@ def clients_stopped(clients: Sequence[str]) -> Iterator[tuple[str, ...]]:
     """Stop the active units of ``clients`` (in order) for the ``with`` body; yields them.
 
     They start again in reverse order when the body ends, also when it raises. ClientsError
-    when one does not stop (before the body runs) or does not start again.
+    when one does not stop (before the body runs) or does not start again. Only active units are
+    stopped and started, so at boot a unit ordered after ``gpuprov-mig.service`` (the kubelet)
+    is never started, and waited for, from inside it: the deadlock mig-parted v0.14.3 avoided
+    with ``systemctl --no-block``.
     """
     stopped: list[str] = []
     try:
