@@ -20,8 +20,9 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuprov.checks import gpus
+from gpuprov.checks import gpus, kubelet_devices
 from gpuprov.checks import health as health_check
+from gpuprov.contract import KUBELET_DEVICE_PLUGIN_DIR
 from gpuprov.findings import Finding
 from gpuprov.hostfiles import Wanted, device_plugin, kubelet, mig_layout, mig_unit, mps_root
 from gpuprov.hostfiles import containerd as containerd_file
@@ -39,6 +40,12 @@ def containerd_main(plan: HostPlan) -> str | None:
     if plan.container_runtime == "containerd":
         return plan.settings["containerd_config_path"]
     return None
+
+
+def kubelet_devices_dir(plan: HostPlan) -> str | None:
+    """The kubelet's device-plugin directory the probe reads (``--kubelet-devices``); None when
+    the host's ``verify_kubelet_devices`` is off."""
+    return KUBELET_DEVICE_PLUGIN_DIR if plan.settings["verify_kubelet_devices"] else None
 
 
 def _files(check: Callable[[HostPlan, Mapping[str, Any]], list[Finding]]) -> FileCheck:
@@ -97,6 +104,8 @@ def probe_command(plan: HostPlan, health: bool = True) -> str:
         words += ["--containerd", containerd_main(plan)]
     if health:
         words.append("--health")
+    if kubelet_devices_dir(plan):
+        words += ["--kubelet-devices", kubelet_devices_dir(plan)]
     return shlex.join(words)
 
 
@@ -114,6 +123,12 @@ def compare(plan: HostPlan, observed: Any, health: bool = True) -> list[Finding]
     findings += _guarded(plan, "GPU", lambda: gpus.check(plan, probe))
     if health:
         findings += _guarded(plan, "GPU health", lambda: health_check.check(plan, probe))
+    if kubelet_devices_dir(plan):
+        findings += _guarded(
+            plan,
+            "kubelet devices",
+            lambda: kubelet_devices.check(plan, probe, probe_command(plan, health)),
+        )
     missing = missing_files(plan.name, probe, wanted_files(plan), probe_command(plan, health))
     if missing or probe.files is None:
         # Unread files would look absent, and "absent" passes some checks: no file verdict

@@ -79,6 +79,9 @@ APT_PIN_PRIORITY = 1001
 OS_RELEASE_PATH = "/etc/os-release"  # its ID chooses the driver's package source by default
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
 FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
+# Every device node the NVIDIA driver makes starts so: nvidia0.., nvidiactl, nvidia-uvm,
+# nvidia-modeset, nvidia-caps/. A process holding any of them open blocks a GPU reset.
+NVIDIA_DEVICE_PREFIX = "/dev/nvidia"
 
 # --- Container runtime ----------------------------------------------------------------------------
 CONTAINER_RUNTIMES = ("containerd", "docker")
@@ -112,7 +115,17 @@ KUBELET_UNIT = "kubelet.service"
 # Where device plugins register (k8s.io/kubelet pkg/apis/deviceplugin/v1beta1 DevicePluginPath)
 # and the device manager's checkpoint in it (kubernetes pkg/kubelet/cm/devicemanager/types.go).
 KUBELET_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
-KUBELET_DEVICE_CHECKPOINT = f"{KUBELET_DEVICE_PLUGIN_DIR}/kubelet_internal_checkpoint"
+KUBELET_DEVICE_CHECKPOINT_NAME = "kubelet_internal_checkpoint"
+KUBELET_DEVICE_CHECKPOINT = f"{KUBELET_DEVICE_PLUGIN_DIR}/{KUBELET_DEVICE_CHECKPOINT_NAME}"
+# The kubelet's registration socket in that directory (pluginapi.KubeletSocket): there while a
+# kubelet runs its device manager.
+KUBELET_SOCKET_NAME = "kubelet.sock"
+# The most the probe reads of the checkpoint: it lists every device id of every resource (and
+# again per allocation); 32 GPUs x 1024 replicas of ~50-byte ids is ~1.6 MB, so 8 MiB leaves room
+# for the pods' entries and stays bounded.
+KUBELET_CHECKPOINT_MAX_BYTES = 8 << 20
+# The most socket names the probe lists in the directory (one per resource a plugin serves).
+DEVICE_PLUGIN_SOCKETS_MAX = 256
 
 # --- Device plugin --------------------------------------------------------------------------------
 DEVICE_PLUGIN_CONFIG_PATH = "/etc/nvidia/device-plugin/config.yaml"
@@ -120,6 +133,30 @@ DEVICE_PLUGIN_CONFIG_VERSION = "v1"  # NVIDIA/k8s-device-plugin api/config/v1
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 MIG_STRATEGIES = ("none", "single", "mixed")
+# NVIDIA's plugin serves each resource ``nvidia.com/<name>`` on its own socket
+# ``nvidia-<name>.sock`` in the kubelet's device-plugin directory (internal/plugin/server.go,
+# https://github.com/NVIDIA/k8s-device-plugin/blob/v0.20.0/internal/plugin/server.go).
+DEVICE_PLUGIN_RESOURCE_DOMAIN = "nvidia.com"
+DEVICE_PLUGIN_SOCKET_PREFIX = "nvidia-"
+DEVICE_PLUGIN_SOCKET_SUFFIX = ".sock"
+
+# --- GPU clients -------------------------------------------------------------------------------
+# Default of `gpu_clients`: the units stopped, in this order, before a GPU reset or a MIG mode
+# change, and started again in reverse after. mig-parted's pre-apply-mode hooks stop the
+# Kubernetes services (kubelet, dcgm-exporter), then the driver services (nvsm, nvidia-dcgm)
+# (deployments/systemd/hooks-default.yaml, hooks.sh); the GPU Operator's list of GPU clients adds
+# dcgm and nv_peer_mem; nvidia-persistenced holds every GPU open (NVIDIA/gpu-operator#118); and
+# the device plugin, when systemd runs it, holds NVML (shared/reference/consumers.md).
+GPU_CLIENT_UNITS = (
+    KUBELET_UNIT,
+    "nvidia-device-plugin.service",  # where systemd runs the plugin (not a DaemonSet)
+    "dcgm-exporter.service",
+    "nvsm.service",
+    "nvidia-dcgm.service",
+    "dcgm.service",
+    "nv_peer_mem.service",
+    PERSISTENCED_UNIT,
+)
 
 # --- MPS (`sharing_strategy: mps` on `shared` hosts) ----------------------------------------------
 # The device plugin's sharing strategies (k8s-device-plugin api/config/v1/sharing.go): the plugin
@@ -279,6 +316,31 @@ def kubelet_drop_in_glob(kubelet_config_dir: str | None) -> str | None:
     '/etc/kubernetes/kubelet.conf.d/*.conf'
     """
     return posixpath.join(kubelet_config_dir, "*.conf") if kubelet_config_dir else None
+
+
+def device_plugin_socket(resource: str) -> str | None:
+    """The socket NVIDIA's device plugin serves ``resource`` on; None outside ``nvidia.com``.
+
+    >>> device_plugin_socket("nvidia.com/gpu.shared"), device_plugin_socket("example.com/fpga")
+    ('nvidia-gpu.shared.sock', None)
+    """
+    domain, _, name = resource.partition("/")
+    if domain != DEVICE_PLUGIN_RESOURCE_DOMAIN or not name:
+        return None
+    return f"{DEVICE_PLUGIN_SOCKET_PREFIX}{name}{DEVICE_PLUGIN_SOCKET_SUFFIX}"
+
+
+def device_plugin_resource(socket: str) -> str | None:
+    """The resource NVIDIA's device plugin serves on ``socket``; None for other sockets.
+
+    >>> device_plugin_resource("nvidia-mig-1g.10gb.sock"), device_plugin_resource("kubelet.sock")
+    ('nvidia.com/mig-1g.10gb', None)
+    """
+    prefix, suffix = DEVICE_PLUGIN_SOCKET_PREFIX, DEVICE_PLUGIN_SOCKET_SUFFIX
+    if not socket.startswith(prefix) or not socket.endswith(suffix):
+        return None
+    name = socket[len(prefix) : -len(suffix)]
+    return f"{DEVICE_PLUGIN_RESOURCE_DOMAIN}/{name}" if name else None
 
 
 def apt_source_path(repo: str) -> str:

@@ -12,7 +12,10 @@ numbering, the one ``-cgi`` and ``GpuInstanceInfo.profileId`` use) lists that pr
 The ``files`` section holds each requested file's text, ``null`` for a file that does not
 exist, and ``{"error": why}`` for one the probe does not read: larger than
 ``PROBE_FILE_MAX_BYTES`` (1 MiB), not a regular file (``/dev/zero``, a FIFO, a directory) or
-unreadable. Reads never block and never hold more than the limit in memory.
+unreadable. Reads never block and never hold more than the limit in memory. With
+``--kubelet-devices DIR`` the ``kubelet_devices`` section holds the kubelet's device-manager
+checkpoint (read the same way, up to ``KUBELET_CHECKPOINT_MAX_BYTES``) and the socket names in
+DIR (``gpuprov/agent/kubelet_devices.py``).
 
     $ python3 -m gpuprov.probe --file /etc/nvidia/device-plugin/config.yaml
     {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "535.261.03", ...}
@@ -34,9 +37,11 @@ from typing import Any
 
 import pynvml
 
-from gpuprov.agent import containerd_state
+from gpuprov.agent import containerd_state, kubelet_devices
 from gpuprov.contract import (
     KERNEL_LOG_PATH,
+    KUBELET_CHECKPOINT_MAX_BYTES,
+    KUBELET_DEVICE_CHECKPOINT_NAME,
     NVML_PROFILE_ABSENT,
     PROBE_FILE_MAX_BYTES,
     PROBE_SCHEMA,
@@ -62,12 +67,14 @@ def probe(
     containerd: str | None = None,
     health: bool = False,
     kernel_log_path: str = KERNEL_LOG_PATH,
+    kubelet_devices_dir: str | None = None,
 ) -> dict[str, Any]:
     """The probe document for this host; ``files``/``globs`` add a ``files`` section,
     ``containerd`` (the main config's path) a ``containerd`` section: what containerd says
     about its effective config (``gpuprov.agent.containerd_state``); ``health`` a ``health``
     section: each GPU's NVML error counters and the XIDs in the kernel log at
-    ``kernel_log_path`` (``gpuprov.health``).
+    ``kernel_log_path`` (``gpuprov.health``); ``kubelet_devices_dir`` (the kubelet's
+    device-plugin directory) a ``kubelet_devices`` section (``kubelet_devices``).
 
     >>> probe()["nvml"]            # on a machine without libnvidia-ml  # doctest: +SKIP
     'library-not-found'
@@ -92,7 +99,24 @@ def probe(
         document["containerd"] = containerd_state.read(
             containerd, containerd_drop_in_path(containerd)
         )
+    if kubelet_devices_dir:
+        document["kubelet_devices"] = read_kubelet_devices(kubelet_devices_dir)
     return document
+
+
+def read_kubelet_devices(directory: str) -> dict[str, Any]:
+    """What the kubelet registered: its device-manager checkpoint's text (as ``read_file``
+    reports a file, up to ``KUBELET_CHECKPOINT_MAX_BYTES``) and the sockets in ``directory``.
+
+    >>> read_kubelet_devices("/nonexistent")
+    {'directory': '/nonexistent', 'checkpoint': None, 'sockets': None}
+    """
+    checkpoint = os.path.join(directory, KUBELET_DEVICE_CHECKPOINT_NAME)
+    return {
+        "directory": directory,
+        "checkpoint": read_file(checkpoint, KUBELET_CHECKPOINT_MAX_BYTES),
+        "sockets": kubelet_devices.sockets(directory),
+    }
 
 
 class SimulatedDriverError(Exception):
@@ -327,6 +351,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="include each GPU's ECC, row remapping and retired pages, and the kernel log's XIDs",
     )
+    parser.add_argument(
+        "--kubelet-devices",
+        metavar="DIR",
+        help="include the kubelet's device-manager checkpoint and the socket names in DIR "
+        "(the kubelet's device-plugin directory)",
+    )
     parser.add_argument("--format", choices=["json"], default="json", help="output format")
     return parser
 
@@ -337,9 +367,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = _parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    print(
-        json.dumps(probe(options.file, options.glob, options.containerd, options.health), indent=2)
+    document = probe(
+        options.file,
+        options.glob,
+        options.containerd,
+        options.health,
+        kubelet_devices_dir=options.kubelet_devices,
     )
+    print(json.dumps(document, indent=2))
     return 0
 
 

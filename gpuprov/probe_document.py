@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprov.contract import (
+    DEVICE_PLUGIN_SOCKETS_MAX,
     HEALTH_NOT_SUPPORTED,
     PROBE_AGENT_MISSING,
     PROBE_NVML_OK,
@@ -41,8 +42,20 @@ MAX_NVML_STRING = 96
 
 _TOP = {"schema", "nvml", "gpus"}
 # ``containerd``: what containerd says about its effective config, on containerd hosts; its
-# content is the container runtime check's to validate.
-_TOP_OPTIONAL = {"error", "driver_version", "nvml_version", "files", "containerd", "health"}
+# content is the container runtime check's to validate. ``kubelet_devices``: what the kubelet
+# registered (checkpoint text, socket names), checked here for its shape.
+_TOP_OPTIONAL = {
+    "error",
+    "driver_version",
+    "nvml_version",
+    "files",
+    "containerd",
+    "kubelet_devices",
+    "health",
+}
+_KUBELET_DEVICES = ("directory", "checkpoint", "sockets")
+# A socket name is one directory entry: NAME_MAX of Linux file systems.
+_NAME_MAX = 255
 _GPU = ("index", "uuid", "name", "memory_total_mib", "pci_bus_id", "mig", "gpu_instances")
 _GI = ("id", "profile_id", "profile", "start", "size", "compute_instances")
 _CI = ("id", "profile_id", "slice_count")
@@ -79,6 +92,8 @@ class ProbeDocument:
     # The ``health`` section (``gpuprov.health.section``); None when the probe did not read
     # health (an older agent, or a snapshot taken without ``--health``).
     health: Mapping[str, Any] | None = None
+    # {"directory", "checkpoint": text | None | {"error"}, "sockets": [names] | None | {"error"}}
+    kubelet_devices: Mapping[str, Any] | None = None
 
 
 def read(
@@ -133,6 +148,7 @@ def read(
         files=document.get("files"),
         containerd=document.get("containerd"),
         health=document.get("health"),
+        kubelet_devices=document.get("kubelet_devices"),
     ), []
 
 
@@ -258,6 +274,8 @@ class _Schema:
             gpus = doc.get("gpus") if isinstance(doc.get("gpus"), list) else []
             indices = {gpu.get("index") for gpu in gpus if isinstance(gpu, Mapping)}
             self.health(doc["health"], indices)
+        if "kubelet_devices" in doc:
+            self.kubelet_devices(doc["kubelet_devices"])
 
     def health(self, health: Any, indices: set) -> None:
         """The ``health`` section: one entry per GPU of ``gpus``, readings of the right shape."""
@@ -379,15 +397,36 @@ class _Schema:
                         self.integer(f"{ci_at}.profile_id", ci.get("profile_id"))
                         self.integer(f"{ci_at}.slice_count", ci.get("slice_count"), 1)
 
+    def kubelet_devices(self, section: Any) -> None:
+        where = "kubelet_devices"
+        if not self.keys(where, section, _KUBELET_DEVICES):
+            return
+        self.string(f"{where}.directory", section.get("directory"), empty=False, longest=None)
+        self.file_entry(f"{where}.checkpoint", section.get("checkpoint"))
+        sockets = section.get("sockets")
+        if sockets is None or _unread(sockets):
+            return
+        if self.listed(f"{where}.sockets", sockets, DEVICE_PLUGIN_SOCKETS_MAX):
+            for n, name in enumerate(sockets):
+                if self.string(f"{where}.sockets[{n}]", name, empty=False, longest=_NAME_MAX):
+                    if "/" in name or name in (".", ".."):
+                        self.fail(f"{where}.sockets[{n}]", f"{shown(name)} is not a file name")
+
+    def file_entry(self, where: str, text: Any) -> None:
+        """A file as the probe reports it: its text, null (absent) or ``{"error": why}``."""
+        if not isinstance(text, str) and text is not None and not _unread(text):
+            self.fail(where, f"{kind(text)}, not a file's text, null or an error")
+
     def files(self, files: Any) -> None:
         if not isinstance(files, Mapping):
             self.fail("files", f"{kind(files)}, not a JSON object")
             return
         for path, text in files.items():
-            unread = isinstance(text, Mapping) and set(text) == {"error"}
-            if unread and isinstance(text["error"], str):
-                continue
-            if not isinstance(text, str) and text is not None:
-                self.fail(
-                    f"files[{shown(path)}]", f"{kind(text)}, not a file's text, null or an error"
-                )
+            self.file_entry(f"files[{shown(path)}]", text)
+
+
+def _unread(entry: Any) -> bool:
+    """``{"error": why}``: what the probe says in place of something it did not read."""
+    return (
+        isinstance(entry, Mapping) and set(entry) == {"error"} and isinstance(entry["error"], str)
+    )

@@ -26,6 +26,7 @@ from gpuprov.contract import (
     CONTAINERD_CONFIG_PATH,
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIG_PATH,
+    GPU_CLIENT_UNITS,
     KUBELET_CONFIG_PATH,
     MIG_CONFIG_LABEL,
     MPS_CAPABLE_LABEL,
@@ -433,7 +434,8 @@ _VARIABLES = [
     Variable(
         "device_plugin_reload_command",
         "pkill -HUP -f '^(/[^ ]*/)?nvidia-device-plugin( |$)' || true",
-        "Shell command that makes the device plugin re-read its config (SIGHUP).",
+        "Shell command that restarts the device plugin (SIGHUP: it re-reads its config and "
+        "lists its devices again); run after its config, the MIG layout or the MIG mode changed.",
         _str,
     ),
     # --- MIG (hosts in `mig`)
@@ -462,9 +464,13 @@ _VARIABLES = [
         modes=("mig",),
     ),
     Variable(
-        "mig_gpu_clients",
-        ["nvidia-persistenced", "nvidia-dcgm", "dcgm-exporter"],
-        "systemd units stopped (and restarted after) when a GPU reset is refused.",
+        "gpu_clients",
+        list(GPU_CLIENT_UNITS),
+        "systemd units that use the GPUs: those running are stopped, in this order, before a "
+        "GPU reset or a MIG mode change, and started again in reverse after it (also when it "
+        "fails). A process still holding an NVIDIA device node then fails the host, named, with "
+        "the GPUs unchanged. Default: mig-parted's and the GPU Operator's lists plus the device "
+        "plugin.",
         _list(_matching(_UNIT_NAME, "a systemd unit name")),
     ),
     Variable(
@@ -490,6 +496,17 @@ _VARIABLES = [
         _optional(_path),
     ),
     Variable("kubelet_config_path", KUBELET_CONFIG_PATH, "kubelet's main config file.", _path),
+    # A host provisioned before it joins a cluster, or before the device plugin is installed
+    # there (Helm chart, GPU Operator), has nothing registered yet: its owner turns this off
+    # until then, rather than read a finding that is expected.
+    Variable(
+        "verify_kubelet_devices",
+        True,
+        "`gpuprov verify` checks on the host what the kubelet registered from the device plugin "
+        "(its device-manager checkpoint: each planned resource with its count; a plugin socket "
+        "serving it). `False` for hosts whose kubelet or device plugin does not run yet.",
+        _bool,
+    ),
     # --- gpuprov's own host agent
     Variable(
         "gpuprov_agent_path",
@@ -779,10 +796,17 @@ PYINFRA_PREFIXES = ("ssh_", "winrm_", "docker_", "dockerssh_", "chroot_", "podma
 _NEAR_MAX = max(len(n) for n in VARIABLES) + 2
 
 
+# Keys gpuprov read under another name before: an inventory that still sets one is told the
+# new name, not left with the key silently ignored.
+RENAMED = {"mig_gpu_clients": "gpu_clients"}
+
+
 def suggest(key: str) -> str | None:
     """The gpuprov key a near-miss ``key`` probably meant (a case or ``-`` variant, or at most
-    one edit away for short keys and two for longer ones), or None: then the key is another
-    tool's."""
+    one edit away for short keys and two for longer ones, or a renamed key's new name), or None:
+    then the key is another tool's."""
+    if key in RENAMED:
+        return RENAMED[key]
     if len(key) > _NEAR_MAX:
         return None
     normal = key.lower().replace("-", "_")

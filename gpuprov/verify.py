@@ -36,7 +36,13 @@ from pyinfra.context import ctx_host, ctx_state
 
 from gpuprov import inventory as inventory_
 from gpuprov import keepalive
-from gpuprov.compare import compare, containerd_main, probe_command, wanted_files
+from gpuprov.compare import (
+    compare,
+    containerd_main,
+    kubelet_devices_dir,
+    probe_command,
+    wanted_files,
+)
 from gpuprov.contract import SNAPSHOT_SUFFIX
 from gpuprov.facts.probe import VerifyProbe
 from gpuprov.findings import Finding
@@ -64,8 +70,9 @@ def unreachable(host: str, reason: str, hint: str) -> Finding:
 
 def fact_arguments(plan: HostPlan, health: bool = True) -> dict[str, Any]:
     """The ``VerifyProbe`` arguments for one host: its agent, interpreter, wanted files, on
-    containerd hosts the main config whose effective result the probe reads, and whether it
-    reads the GPUs' health."""
+    containerd hosts the main config whose effective result the probe reads, whether it reads
+    the GPUs' health, and the kubelet's device-plugin directory (unless
+    ``verify_kubelet_devices`` is off)."""
     wanted = wanted_files(plan)
     return {
         "agent_path": plan.settings["gpuprov_agent_path"],
@@ -74,6 +81,7 @@ def fact_arguments(plan: HostPlan, health: bool = True) -> dict[str, Any]:
         "globs": list(wanted.globs),
         "containerd": containerd_main(plan),
         "health": health,
+        "kubelet_devices": kubelet_devices_dir(plan),
     }
 
 

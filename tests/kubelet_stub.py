@@ -130,16 +130,19 @@ class StubKubelet:
 
 
 def main(argv: list[str]) -> int:
-    """``kubelet_stub.py DIRECTORY RESOURCES TIMEOUT WORKDIR``: print "ready", then the JSON offer.
+    """``kubelet_stub.py DIRECTORY RESOURCES TIMEOUT WORKDIR [RESOURCES ...]``: print "ready",
+    then the JSON offer; with more RESOURCES, one more offer per registration round (a plugin
+    that restarts registers every resource again), each on its own line.
 
     The tests run the stand-in kubelet in its own process, so gRPC's threads never share the
     test process and a stuck plugin costs a bounded wait, not a hung test session.
     """
-    directory, resources, timeout, workdir = Path(argv[1]), int(argv[2]), float(argv[3]), argv[4]
+    directory, timeout, workdir = Path(argv[1]), float(argv[3]), argv[4]
+    rounds = [int(argv[2]), *(int(n) for n in argv[5:])]
     with StubKubelet(directory, *protocol(Path(workdir))) as kubelet:
         print("ready", flush=True)
-        offered = kubelet.advertised(resources, timeout)
-    print(json.dumps(offered), flush=True)
+        for resources in rounds:
+            print(json.dumps(kubelet.advertised(resources, timeout)), flush=True)
     return 0
 
 

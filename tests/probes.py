@@ -1,19 +1,26 @@
 """Probe documents of hosts that match their plan, built from the plan and the file modules'
-own render (containerd's files as nvidia-ctk writes them)."""
+own render (containerd's files as nvidia-ctk writes them), and the kubelet's checkpoint as the
+real kubelet writes it once NVIDIA's plugin registered the planned resources."""
 
 from __future__ import annotations
 
 import copy
+import json
+import socket
+from pathlib import Path
 
 from gpuprov.compare import wanted_files
 from gpuprov.contract import (
     CRI_PLUGIN,
+    KUBELET_DEVICE_PLUGIN_DIR,
+    KUBELET_SOCKET_NAME,
     MIG_LAYOUT_PATH,
     MIG_UNIT_PATH,
     MPS_TMPFILES_PATH,
     PROBE_SCHEMA,
     containerd_drop_in_glob,
     containerd_drop_in_path,
+    device_plugin_socket,
 )
 from gpuprov.hostfiles import device_plugin, kubelet, mig_layout, mig_unit, mps_root
 from gpuprov.plan import HostPlan
@@ -52,7 +59,7 @@ def matching_probe(plan: HostPlan) -> dict:
         "gpus": [
             {
                 "index": i,
-                "uuid": f"GPU-{i:08x}-0000-0000-0000-000000000000",
+                "uuid": gpu_uuid(i),
                 "name": A100,
                 "memory_total_mib": 81920,
                 "pci_bus_id": f"00000000:{0x07 + i * 8:02X}:00.0",
@@ -71,4 +78,66 @@ def matching_probe(plan: HostPlan) -> dict:
             for i, gpu in enumerate(plan.gpus)
         ],
         "files": files,
+        "kubelet_devices": kubelet_devices(plan),
     }
+
+
+def gpu_uuid(index: int) -> str:
+    return f"GPU-{index:08x}-0000-0000-0000-000000000000"
+
+
+def registered(plan: HostPlan) -> dict[str, list[str]]:
+    """What NVIDIA's plugin registers for ``plan``: ids ``GPU-<uuid>::<replica>`` time-sliced,
+    ``MIG-<uuid>`` per MIG device, ``GPU-<uuid>`` per whole card (the real plugin's forms,
+    tests/test_kubelet_checkpoint.py)."""
+    if plan.vgpu:  # the flavour's plugin's ids; only their number is compared
+        return {r: [f"{r}-{k}" for k in range(n)] for r, n in plan.resources.items()}
+    out: dict[str, list[str]] = {}
+    for i, gpu in enumerate(plan.gpus):
+        uuid = gpu_uuid(i)
+        if plan.time_slicing:
+            name = next(iter(plan.resources))
+            out.setdefault(name, []).extend(f"{uuid}::{k}" for k in range(gpu.replicas))
+        elif gpu.mig_enabled:
+            for n, instance in enumerate(gpu.instances):
+                name = next(
+                    r
+                    for r in plan.resources
+                    if r
+                    in ("nvidia.com/gpu", "nvidia.com/mig-" + instance.profile.replace("+", "."))
+                )
+                out.setdefault(name, []).append(f"MIG-{i:08x}-{n:04x}-0000-0000-000000000000")
+        else:
+            out.setdefault("nvidia.com/gpu", []).append(uuid)
+    return out
+
+
+def checkpoint(devices: dict[str, list[str]]) -> str:
+    """The checkpoint text the kubelet writes (``checkpoint.Data``, compact JSON)."""
+    data = {"Data": {"PodDeviceEntries": None, "RegisteredDevices": devices}, "Checksum": 1}
+    return json.dumps(data, separators=(",", ":"))
+
+
+def kubelet_devices(plan: HostPlan) -> dict:
+    """The probe's ``kubelet_devices`` section of a node serving exactly ``plan``'s resources."""
+    devices = registered(plan)
+    return {
+        "directory": KUBELET_DEVICE_PLUGIN_DIR,
+        "checkpoint": checkpoint(devices),
+        # On a vgpu host the flavour's plugin serves them, on a socket that is not NVIDIA's.
+        "sockets": sorted(
+            [KUBELET_SOCKET_NAME]
+            + ([] if plan.vgpu else [s for s in map(device_plugin_socket, devices) if s])
+        ),
+    }
+
+
+def kubelet_directory(directory: Path, plan: HostPlan) -> None:
+    """A kubelet device-plugin directory as a node serving ``plan`` has it: the checkpoint and
+    real unix sockets (bound, then closed: the file stays, as a socket file does)."""
+    section = kubelet_devices(plan)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "kubelet_internal_checkpoint").write_text(section["checkpoint"])
+    for name in section["sockets"]:
+        with socket.socket(socket.AF_UNIX) as bound:
+            bound.bind(str(directory / name))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import gpuprov.sim
+from gpuprov.agent import apply, gpu_holders
+from gpuprov.agent.layout import load as load_layout
 from gpuprov.agent.main import main
 from gpuprov.catalog import find_model
 from gpuprov.mig.solver import solve
@@ -39,6 +42,8 @@ if verb == "is-active":
     sys.exit(0 if known and known["active"] else 3)
 if known is None:
     sys.exit(5)
+if verb == "stop" and known.get("refuses_stop"):
+    sys.exit(1)
 known["active"] = verb == "start"
 with state.transaction(os.environ["GPUPROV_NVML_SIM"]) as s:
     for index in known["holds"]:
@@ -95,6 +100,10 @@ class Host:
         runs = self.libs[before:]
         assert sum(lib.calls["nvmlInitWithFlags"] for lib in runs) == 1
         return code, json.loads(out)
+
+    def apply_on(self, system: gpu_holders.System) -> tuple[int, dict]:
+        """Run the applier with the GPU holders read from ``system``."""
+        return apply.run(load_layout(str(self.path / "mig-layout.json")), system=system)
 
     def calls(self, function: str) -> int:
         """How often the last apply called the NVML C function ``function``."""
@@ -298,7 +307,7 @@ def test_boot_mode_never_asks_for_a_reboot(host):
     assert "cannot reset" in report["error"]
 
 
-def test_active_gpu_clients_are_stopped_for_the_reset_and_started_again(host):
+def test_active_gpu_clients_are_stopped_before_the_mode_change_and_started_again_after(host):
     (host.path / "units.json").write_text(
         json.dumps(
             {
@@ -314,13 +323,14 @@ def test_active_gpu_clients_are_stopped_for_the_reset_and_started_again(host):
 
     assert code == 0, report["error"]
     assert report["stopped_units"] == ["nvidia-dcgm"]
-    assert host.smi_log() == ["-r -i 0", "-r -i 0"]  # refused, then done with dcgm stopped
+    assert host.smi_log() == ["-r -i 0"]  # one reset, dcgm already stopped
     assert host.systemctl_log() == [
         "is-active nvidia-persistenced",
         "is-active nvidia-dcgm",
         "stop nvidia-dcgm",
         "start nvidia-dcgm",
     ]
+    assert report["holders"] == []
     assert json.loads((host.path / "units.json").read_text())["nvidia-dcgm"]["active"]
     assert host.instances(0) == [("7g.80gb", 0, 8, [7])]
 
@@ -451,3 +461,119 @@ def test_bad_layout_file_is_one_message_and_exit_2(host, capsys, content, messag
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and err.startswith(f"error: {path}: ") and message in err
+
+
+# --- GPU holders: processes with an NVIDIA device node open (here: files named like them)
+
+
+@pytest.fixture
+def devices(tmp_path):
+    """A /dev with nvidia0 and nvidiactl, and the System that reads holders of them."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidiactl"):
+        (dev / name).write_text("")
+    return dev, gpu_holders.System(devices=str(dev / "nvidia"))
+
+
+@pytest.fixture
+def holder(devices):
+    """A real process (`sleep`) holding nvidia0 open, as a CUDA program would."""
+    dev, _ = devices
+    with open(dev / "nvidia0") as node:
+        process = subprocess.Popen(["sleep", "300"], stdin=node)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_process_holding_a_gpu_fails_the_mode_change_by_name_and_nothing_changes(
+    host, devices, holder
+):
+    dev, system = devices
+    host.write_layout({0: {"7g.80gb": 1}})
+    before = host.state()
+
+    code, report = host.apply_on(system)
+
+    assert code == 1 and not report["changed"]
+    assert f"pid {holder.pid} (sleep 300)" in report["error"]
+    assert f"holds {dev}/nvidia0" in report["error"]
+    assert "gpu_clients" in report["error"] and "nothing was changed" in report["error"]
+    assert [h["pid"] for h in report["holders"]] == [holder.pid]
+    assert host.state() == before  # MIG mode not even pending
+    assert host.smi_log() == []
+
+
+def test_a_held_gpu_with_reboot_allowed_asks_for_the_reboot_naming_the_holder(
+    host, devices, holder
+):
+    _, system = devices
+    host.write_layout({0: {"7g.80gb": 1}}, allow_reboot=True)
+
+    code, report = host.apply_on(system)
+
+    assert code == 3 and report["reboot_required"]
+    assert f"pid {holder.pid} (sleep 300)" in report["reboot_reason"]
+    assert host.smi_log() == []  # no reset tried: it could not succeed
+    gpu = host.state()["gpus"][0]
+    assert (gpu["mig_current"], gpu["mig_pending"]) == (False, True)  # the reboot applies it
+
+
+def test_holders_do_not_matter_to_a_layout_change_without_a_reset(host, devices, holder):
+    _, system = devices
+    host.change(lambda s: s["gpus"][0].update(mig_current=True, mig_pending=True))
+    host.write_layout({0: {"3g.40gb": 2}})
+
+    code, report = host.apply_on(system)
+
+    assert code == 0 and report["changed"] and report["holders"] == []
+
+
+def test_nvidia_drm_loaded_refuses_the_mode_change_before_anything_changes(host, tmp_path):
+    (tmp_path / "sys" / "module" / "nvidia_drm").mkdir(parents=True)
+    system = gpu_holders.System(sys=str(tmp_path / "sys"), devices=str(tmp_path / "none"))
+    host.write_layout({0: {"7g.80gb": 1}})
+    before = host.state()
+
+    code, report = host.apply_on(system)
+
+    assert code == 1
+    assert "nvidia_drm kernel module is loaded" in report["error"]
+    assert "NVIDIA/mig-parted#181" in report["error"]
+    assert host.state() == before and host.smi_log() == []
+
+
+def test_the_gpu_clients_are_started_again_when_the_change_fails(host):
+    (host.path / "units.json").write_text(
+        json.dumps({"nvidia-dcgm": {"active": True, "holds": []}})
+    )
+    host.change(lambda s: s["gpus"][0].update(busy=True))  # a client no unit explains
+    host.write_layout({0: {"7g.80gb": 1}}, clients=["nvidia-dcgm"])
+
+    code, report = host.apply()
+
+    assert code == 1 and "In use by another client" in report["error"]
+    assert host.systemctl_log() == [
+        "is-active nvidia-dcgm",
+        "stop nvidia-dcgm",
+        "start nvidia-dcgm",
+    ]
+    assert json.loads((host.path / "units.json").read_text())["nvidia-dcgm"]["active"]
+
+
+def test_a_client_that_does_not_stop_fails_before_any_change_and_the_others_start_again(host):
+    units = {"nvidia-dcgm": {"active": True, "holds": []}, "stuck": {"active": True, "holds": []}}
+    units["stuck"]["refuses_stop"] = True
+    (host.path / "units.json").write_text(json.dumps(units))
+    host.write_layout({0: {"7g.80gb": 1}}, clients=["nvidia-dcgm", "stuck"])
+    before = host.state()
+
+    code, report = host.apply()
+
+    assert code == 1
+    assert report["error"] == "`systemctl stop stuck` failed; the GPUs were not changed"
+    assert host.systemctl_log()[-3:] == ["stop nvidia-dcgm", "stop stuck", "start nvidia-dcgm"]
+    assert host.state() == before and host.smi_log() == []

@@ -17,9 +17,11 @@ from gpuprov.cli.verify import hosts_summary, verify_report
 from gpuprov.compare import compare, wanted_files
 from gpuprov.contract import MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
 from gpuprov.findings import Finding
+from gpuprov.plan import HostPlan
 from gpuprov.sim import state as sim_state
 from gpuprov.verify import unreachable
 from tests import containerd_states
+from tests.probes import kubelet_devices, kubelet_directory
 
 A100 = "NVIDIA A100-SXM4-80GB"
 DEVICE_PLUGIN = "/etc/nvidia/device-plugin/config.yaml"
@@ -71,8 +73,9 @@ def gpu(
     }
 
 
-def probe(gpus: list[dict], files: dict) -> dict:
-    return {
+def probe(gpus: list[dict], files: dict, plan: HostPlan | None = None) -> dict:
+    """A probe document; with ``plan``, the kubelet has registered exactly its resources."""
+    document = {
         "schema": PROBE_SCHEMA,
         "nvml": "ok",
         "error": None,
@@ -82,6 +85,9 @@ def probe(gpus: list[dict], files: dict) -> dict:
         "files": files,
         "containerd": copy.deepcopy(containerd_states.MATCHING),
     }
+    if plan is not None:
+        document["kubelet_devices"] = kubelet_devices(plan)
+    return document
 
 
 def yaml_text(text: str) -> str:
@@ -140,14 +146,14 @@ def host_files(plugin: str | None, max_pods: int) -> dict:
 @pytest.fixture
 def shared(tmp_path):
     plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
-    return plan, probe([gpu(0), gpu(1)], host_files(SHARED_PLUGIN, 118))
+    return plan, probe([gpu(0), gpu(1)], host_files(SHARED_PLUGIN, 118), plan)
 
 
 @pytest.fixture
 def mig(tmp_path):
     plan = plan_for(tmp_path, "mig", mig_layout=BALANCED)
     observed = probe(
-        [gpu(i, (True, True), balanced_gis()) for i in (0, 1)], host_files(MIG_PLUGIN, 110)
+        [gpu(i, (True, True), balanced_gis()) for i in (0, 1)], host_files(MIG_PLUGIN, 110), plan
     )
     return plan, observed
 
@@ -155,13 +161,13 @@ def mig(tmp_path):
 @pytest.fixture
 def whole(tmp_path):
     plan = plan_for(tmp_path, "whole_card")
-    return plan, probe([gpu(0), gpu(1)], host_files(None, 110))
+    return plan, probe([gpu(0), gpu(1)], host_files(None, 110), plan)
 
 
 @pytest.fixture
 def vgpu(tmp_path):
     plan = plan_for(tmp_path, "vgpu", vgpu_flavour="hami")  # 2 GPUs x 10 shares: maxPods 130
-    return plan, probe([gpu(0), gpu(1)], host_files(None, 130))
+    return plan, probe([gpu(0), gpu(1)], host_files(None, 130), plan)
 
 
 def checks(findings: list[Finding]) -> list[tuple]:
@@ -295,7 +301,7 @@ def test_stale_mig_layout_file_on_a_mig_host_is_drift(mig):
             }
             for i in (0, 1)
         ],
-        "gpu_clients": plan.settings["mig_gpu_clients"],
+        "gpu_clients": plan.settings["gpu_clients"],
         "allow_reboot": plan.settings["mig_reboot"],
     }
     observed["files"][MIG_LAYOUT_PATH] = json.dumps(layout)
@@ -390,9 +396,9 @@ def test_kubelet_drop_in_overrides_the_main_file(tmp_path):
     plan = plan_for(tmp_path, "whole_card", kubelet_max_pods=200)
     files = host_files(None, 200)
     files[KUBELET] = kubelet_conf(110)
-    assert compare(plan, probe([gpu(0), gpu(1)], files)) == []
+    assert compare(plan, probe([gpu(0), gpu(1)], files, plan)) == []
     files[f"{KUBELET_DIR}/50-gpuprov.conf"] = None
-    [finding] = compare(plan, probe([gpu(0), gpu(1)], files))
+    [finding] = compare(plan, probe([gpu(0), gpu(1)], files, plan))
     assert (finding.expected, finding.found) == ("maxPods 200", f"maxPods 110 ({KUBELET})")
 
 
@@ -400,7 +406,7 @@ def test_kubelet_without_any_max_pods_runs_with_its_default(tmp_path):
     plan = plan_for(tmp_path, "whole_card", kubelet_config_dir=None, kubelet_max_pods=200)
     files = host_files(None, 200)
     files[KUBELET] = None
-    [finding] = compare(plan, probe([gpu(0), gpu(1)], files))
+    [finding] = compare(plan, probe([gpu(0), gpu(1)], files, plan))
     assert finding.found == "maxPods 110 (kubelet default)"
 
 
@@ -419,7 +425,7 @@ def docker(tmp_path):
             "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}},
         }
     )
-    return plan, probe([gpu(0), gpu(1)], files)
+    return plan, probe([gpu(0), gpu(1)], files, plan)
 
 
 def test_docker_daemon_json_with_the_nvidia_runtime_matches(docker):
@@ -650,6 +656,7 @@ def generated(tmp_path, mode: str, **data):
         f'version = 2\nimports = ["{root}/containerd/conf.d/*.toml"]\n'
     )
     (root / "containerd" / "conf.d" / "99-nvidia.toml").write_text(NVIDIA_DROP_IN)
+    kubelet_directory(root / "device-plugins", plan)
     state = tmp_path / "gpus.json"
     sim_state.write_new(str(state), sim_state.new_state("A100-80GB", 2, seed="compare"))
     if mode == "mig":
@@ -661,6 +668,7 @@ def generated(tmp_path, mode: str, **data):
         wanted = wanted_files(plan)
         argv = [a for path in wanted.files for a in ("--file", path)]
         argv += [a for pattern in wanted.globs for a in ("--glob", pattern)]
+        argv += ["--kubelet-devices", str(root / "device-plugins")]
         out = subprocess.run(
             [sys.executable, "-m", "gpuprov.probe", *argv],
             check=True,

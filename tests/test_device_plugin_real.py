@@ -81,8 +81,9 @@ def _isolated(monkeypatch):
 @contextlib.contextmanager
 def running_plugin(
     tmp_path: Path, binary: Path, library: Path, state: str, config: str
-) -> Iterator[Path]:
-    """The plugin running against ``state`` with ``config``; yields its log file, then stops it."""
+) -> Iterator[tuple[Path, subprocess.Popen]]:
+    """The plugin running against ``state`` with ``config``; yields its log file and its
+    process (``unshare`` and ``sh`` exec it: the same pid), then stops it."""
     sockets = tmp_path / "device-plugins"
     (tmp_path / "config.yaml").write_text(config)
     (tmp_path / "mig-minors").write_text(mig_minors(8))
@@ -106,7 +107,7 @@ def running_plugin(
             start_new_session=True,
         )
     try:
-        yield log
+        yield log, process
     finally:
         # A plugin that refused its config has exited already (and may have been reaped).
         with contextlib.suppress(ProcessLookupError):
@@ -131,7 +132,7 @@ def advertised(tmp_path, plugin, library, api, state: str, config: str, resource
     )
     try:
         _wait_for(sockets / "kubelet.sock", kubelet)
-        with running_plugin(tmp_path, plugin, library, state, config) as log:
+        with running_plugin(tmp_path, plugin, library, state, config) as (log, _):
             try:
                 out, err = kubelet.communicate(timeout=TIMEOUT + 30)
             except subprocess.TimeoutExpired:
@@ -262,7 +263,7 @@ def test_mps_without_a_control_daemon_waits_and_never_registers(
         monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     state = new_host(tmp_path, "A100-80GB", 2)
     (tmp_path / "device-plugins").mkdir()
-    with running_plugin(tmp_path, plugin, library, state, mps_config(tmp_path)) as log:
+    with running_plugin(tmp_path, plugin, library, state, mps_config(tmp_path)) as (log, _):
         text = _log_until(log, "Retrying in 30s")
         assert list((tmp_path / "device-plugins").iterdir()) == []
     assert '"mpsRoot": "/run/nvidia/mps"' in text
@@ -308,6 +309,45 @@ def test_mps_on_mig_devices_stops_the_plugin_as_the_planner_refuses_it(tmp_path,
         "  mps:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 2\n"
     )
     (tmp_path / "device-plugins").mkdir()
-    with running_plugin(tmp_path, plugin, library, state, config) as log:
+    with running_plugin(tmp_path, plugin, library, state, config) as (log, _):
         text = _log_until(log, "error starting plugins")
     assert "sharing using MPS is not supported for MIG devices" in text
+
+
+def test_sighup_makes_the_plugin_offer_the_mig_devices_of_a_new_layout(
+    tmp_path, plugin, library, api
+):
+    # What the deploy's device_plugin_reload_command does after a MIG change: the plugin does not
+    # see the change by itself (NVIDIA/k8s-device-plugin#992); its SIGHUP restart lists again.
+    state = new_host(tmp_path, "H100-80GB", 2, mig=[0])
+    carve(state, {0: [(9, [2])]})
+    config = "version: v1\nflags:\n  migStrategy: mixed\n"
+    sockets = tmp_path / "device-plugins"
+    sockets.mkdir()
+    kubelet = subprocess.Popen(
+        [sys.executable, str(STUB), str(sockets), "2", str(TIMEOUT), str(api), "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(sockets / "kubelet.sock", kubelet)
+        with running_plugin(tmp_path, plugin, library, state, config) as (log, process):
+            assert kubelet.stdout.readline() == "ready\n"
+            before = json.loads(kubelet.stdout.readline() or "{}")
+            carve(state, {0: [(19, [0]), (19, [0])]})  # two 1g beside the 3g
+            process.send_signal(signal.SIGHUP)
+            after = json.loads(kubelet.stdout.readline() or "{}")
+            assert after, f"no second registration:\n{log.read_text()[-3000:]}"
+    finally:
+        os.killpg(kubelet.pid, signal.SIGKILL)
+        kubelet.wait(timeout=10)
+    expected = simulated(state)
+    assert sorted(before) == ["nvidia.com/gpu", "nvidia.com/mig-3g.40gb"]
+    assert after == {
+        "nvidia.com/gpu": expected["gpu"],
+        "nvidia.com/mig-3g.40gb": expected["3g.40gb"],
+        "nvidia.com/mig-1g.10gb": expected["1g.10gb"],
+    }
+    assert len(after["nvidia.com/mig-1g.10gb"]) == 2

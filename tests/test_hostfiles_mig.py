@@ -19,7 +19,7 @@ from gpuprov.inventory import load
 from gpuprov.plan import build
 
 NON_DEFAULT = {
-    "mig_gpu_clients": ["dcgm-exporter", "my-inference.service"],
+    "gpu_clients": ["dcgm-exporter", "my-inference.service"],
     "mig_reboot": True,
     "gpuprov_agent_path": "/opt/gpuprov/agent.pyz",
     "gpuprov_python": "/usr/bin/python3.11",
@@ -101,7 +101,7 @@ def test_non_default_settings_reach_both_files(tmp_path):
     plan = plan_for(tmp_path, "mig", **MIG_HOSTS["h100-per-gpu-non-default"])
     files = deployed(plan)
 
-    assert json.loads(files[MIG_LAYOUT_PATH])["gpu_clients"] == NON_DEFAULT["mig_gpu_clients"]
+    assert json.loads(files[MIG_LAYOUT_PATH])["gpu_clients"] == NON_DEFAULT["gpu_clients"]
     assert json.loads(files[MIG_LAYOUT_PATH])["allow_reboot"] is True
     assert mig_unit.parse_unit(files[MIG_UNIT_PATH])[("Service", "ExecStart")] == (
         f"/usr/bin/python3.11 /opt/gpuprov/agent.pyz apply --boot --layout {MIG_LAYOUT_PATH}",
@@ -156,7 +156,7 @@ def test_gpu_clients_changed_is_one_finding_naming_them(mig_plan):
         (
             None,
             "mig-layout",
-            f"gpu_clients {mig_plan.settings['mig_gpu_clients']}",
+            f"gpu_clients {mig_plan.settings['gpu_clients']}",
             "gpu_clients ['x']",
         )
     ]

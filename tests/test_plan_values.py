@@ -82,7 +82,7 @@ def test_largest_allowed_values_plan(tmp_path):
         ("containerd_config_path", "etc/containerd/config.toml", "must be an absolute path"),
         ("kubelet_config_dir", "/etc/kubernetes/../x", "without ., .. or empty components"),
         ("device_plugin_config_path", "/etc/x\n", "must not hold control characters"),
-        ("mig_gpu_clients", ["dcgm exporter"], "must be a systemd unit name"),
+        ("gpu_clients", ["dcgm exporter"], "must be a systemd unit name"),
         ("kube_node_name", "Node_1", "must be a Kubernetes node name"),
         ("gpuprov_python", "python3 -c evil", "a command name or path without spaces"),
         ("device_plugin_reload_command", "pkill\r-HUP x", "must not hold control characters"),

@@ -15,10 +15,12 @@ import pytest
 CORE = [
     "gpuprov.catalog",
     "gpuprov.checks.gpus",
+    "gpuprov.checks.kubelet_devices",
     "gpuprov.compare",
     "gpuprov.contract",
     "gpuprov.errors",
     "gpuprov.findings",
+    "gpuprov.gpu_clients",
     "gpuprov.hostfiles.apt_preferences",
     "gpuprov.hostfiles.apt_source",
     "gpuprov.hostfiles.containerd",

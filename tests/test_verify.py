@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from gpuprov.agent.bundle import write_bundle
 from gpuprov.cli import main
 from gpuprov.compare import probe_command
-from gpuprov.contract import SIM_ENV
+from gpuprov.contract import KUBELET_DEVICE_PLUGIN_DIR, SIM_ENV
 from gpuprov.facts.probe import AgentProbe
 from gpuprov.inventory import load
 from gpuprov.plan import build
@@ -69,6 +69,9 @@ class SimHost:
             "kubelet_config_path": str(self.root / "kubelet.yaml"),
             "kubelet_config_dir": str(self.kubelet_dir),
             "containerd_config_path": str(self.containerd),
+            # The kubelet's device-plugin directory is fixed (/var/lib/kubelet/device-plugins):
+            # this machine has no kubelet, so the check is off here, and on in its own tests.
+            "verify_kubelet_devices": False,
             **data,
         }
         self.inventory.write_text(f"mig = [({name!r}, {data!r})]\n")
@@ -265,6 +268,24 @@ def test_fact_command_quotes_every_path():
     )
     text = command.get_raw_value()
     assert "'/opt/a b/agent.pyz' probe --file '/etc/x y.yaml' --glob '/etc/d/*.conf'" in text
+
+
+def test_no_kubelet_on_the_host_is_named_per_planned_resource_not_a_crash(host):
+    if Path(KUBELET_DEVICE_PLUGIN_DIR).exists():
+        pytest.skip(f"this machine runs a kubelet ({KUBELET_DEVICE_PLUGIN_DIR} exists)")
+    host.write(verify_kubelet_devices=True)
+    found = findings(host.inventory)
+    assert [(f["check"], f["expected"].split(":")[0]) for f in found] == [
+        (
+            "kubelet-socket",
+            f"the kubelet's device manager ({KUBELET_DEVICE_PLUGIN_DIR}/kubelet.sock)",
+        ),
+        ("kubelet-checkpoint", "nvidia.com/mig-1g.10gb"),
+        ("kubelet-checkpoint", "nvidia.com/mig-2g.20gb"),
+        ("kubelet-checkpoint", "nvidia.com/mig-3g.40gb"),
+    ]
+    assert found[0]["found"] == f"no directory {KUBELET_DEVICE_PLUGIN_DIR}"
+    assert "no such file" in found[1]["found"]
 
 
 def test_agent_that_prints_no_json_is_an_agent_finding(host):

@@ -8,8 +8,13 @@ Runs on the host inside the agent bundle (stdlib + pynvml only), from the deploy
    take is refused (exit 2) before anything changes, also under ``--check`` and ``--boot``;
 1. destroy the GIs the diff names (their CIs first) and set the MIG mode where it differs;
 2. create the planned GIs, at their exact placements, on the GPUs whose mode is already right;
-3. reset only the GPUs whose mode change is pending (stopping ``gpu_clients`` if they block it);
-   if the reset is refused, a reboot is reported when ``allow_reboot`` (exit 3), else it fails;
+   When a GPU's MIG mode must change (a reset follows), first: the active units of
+   ``gpu_clients`` are stopped (started again, in reverse, when the run ends, whatever its
+   outcome); then every process still holding ``/dev/nvidia*`` and a loaded ``nvidia_drm``
+   (``gpu_holders.py``) block the reset: the run fails naming each holder (pid, command, unit or
+   container) before anything changes, or, with ``allow_reboot``, a reboot is reported (exit 3);
+3. reset only the GPUs whose mode change is pending; if the reset is refused, a reboot is
+   reported when ``allow_reboot`` (exit 3), else it fails;
 4. re-read the reset GPUs and create their GIs.
 
 A GPU that already matches is not touched. When NVML fails midway the run stops, reports what it
@@ -23,15 +28,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
-from gpuprov.agent import nvml_instances, rules
+from gpuprov.agent import gpu_holders, nvml_instances, rules
 from gpuprov.agent.layout import MigLayout
-from gpuprov.agent.reset import reset
+from gpuprov.agent.reset import ClientsError, clients_stopped, reset
 from gpuprov.contract import (
     AGENT_EXIT_BAD_INPUT,
     AGENT_EXIT_FAILED,
@@ -39,6 +45,7 @@ from gpuprov.contract import (
     AGENT_EXIT_REBOOT,
     MIG_APPLY_LOCK,
 )
+from gpuprov.gpu_clients import DRM_BLOCKS, Holder, blocked_message, blocking
 from gpuprov.mig.diff import MigActions, MigDiffError, diff
 
 # One way into NVML for probe and applier.
@@ -70,6 +77,7 @@ class Report:
     reboot_required: bool = False
     reboot_reason: str | None = None
     stopped_units: tuple[str, ...] = ()
+    holders: tuple[Holder, ...] = ()  # the processes that kept a reset from happening
     error: str | None = None
     refused: list[str] = field(default_factory=list)  # why the layout cannot be applied here
 
@@ -86,31 +94,44 @@ class Report:
             "error": self.error,
             "refused": self.refused,
             "stopped_units": list(self.stopped_units),
+            "holders": [
+                {"pid": h.pid, "command": h.command, "unit": h.unit, "container": h.container}
+                for h in self.holders
+            ],
             "gpus": [g.as_dict() for g in self.gpus.values()],
         }
 
 
-def run(layout: MigLayout, *, boot: bool = False, check: bool = False) -> tuple[int, dict]:
+def run(
+    layout: MigLayout,
+    *,
+    boot: bool = False,
+    check: bool = False,
+    system: gpu_holders.System = gpu_holders.THIS_HOST,
+) -> tuple[int, dict]:
     """Apply ``layout`` (or only report what would change, with ``check``).
 
     Returns the exit code and the report: 0 done, 1 failed, 2 refused (the layout breaks the
     driver's MIG rules for these GPUs; nothing was changed), 3 a reboot is required and allowed
-    (never from ``boot``, which is what runs after that reboot).
+    (never from ``boot``, which is what runs after that reboot). ``system`` is where the GPU
+    holders are read (``/proc``, ``/sys``).
     """
     report = Report({g.index: GpuReport(g.index) for g in layout.gpus}, check)
     with _exclusive(MIG_APPLY_LOCK):
-        return _run_locked(layout, report, boot)
+        return _run_locked(layout, report, boot, system)
 
 
-def _run_locked(layout: MigLayout, report: Report, boot: bool) -> tuple[int, dict]:
+def _run_locked(
+    layout: MigLayout, report: Report, boot: bool, system: gpu_holders.System
+) -> tuple[int, dict]:
     try:
         init_nvml()
     except (pynvml.NVMLError, SimulatedDriverError) as e:
         report.error = f"NVML: {e}"
         return AGENT_EXIT_FAILED, report.as_dict()
     try:
-        code = _Applier(layout, report, boot).run()
-    except ApplyFailed as e:
+        code = _Applier(layout, report, boot, system).run()
+    except (ApplyFailed, ClientsError) as e:
         report.error = str(e)
         code = AGENT_EXIT_FAILED
     finally:
@@ -133,10 +154,11 @@ def _exclusive(path: str) -> Iterator[None]:
 
 
 class _Applier:
-    def __init__(self, layout: MigLayout, report: Report, boot: bool):
+    def __init__(self, layout: MigLayout, report: Report, boot: bool, system: gpu_holders.System):
         self.layout = layout
         self.report = report
         self.boot = boot
+        self.system = system
         self.planned = {g.index: g for g in layout.gpus}
 
     def run(self) -> int:
@@ -154,7 +176,32 @@ class _Applier:
             for i, a in actions.items():
                 self._record_check(i, a)
             return AGENT_EXIT_OK
+        pending = [i for i, a in actions.items() if a.reset]
+        if not pending:
+            return self._change(actions, pending, blocked=None)
+        # A mode change: the GPUs' clients stay stopped from before the first change to after
+        # the last instance is created, so none sees a half-built layout.
+        with clients_stopped(self.layout.gpu_clients) as stopped:
+            self.report.stopped_units = stopped
+            return self._change(actions, pending, self._blocked(pending, stopped))
 
+    def _blocked(self, pending: list[int], stopped: tuple[str, ...]) -> str | None:
+        """Why a reset of ``pending`` cannot succeed now (None: nothing blocks it). Without a
+        reboot to fall back on, that fails the run here, before any GPU changes."""
+        gpus = ", ".join(map(str, pending))
+        if gpu_holders.drm_loaded(self.system):
+            why = f"GPU {gpus}: not reset: {DRM_BLOCKS}"
+        else:
+            held = blocking(gpu_holders.holders(self.system), own_pids={os.getpid()})
+            self.report.holders = tuple(held)
+            why = blocked_message(gpus, held, stopped) if held else None
+        if why and not (self.layout.allow_reboot and not self.boot):
+            raise ApplyFailed(f"{why}; nothing was changed")
+        return why
+
+    def _change(
+        self, actions: dict[int, MigActions], pending: list[int], blocked: str | None
+    ) -> int:
         for i, a in actions.items():
             self._destroy(i, a)
             if a.mig_mode is not None:
@@ -162,9 +209,12 @@ class _Applier:
         for i, a in actions.items():
             if not a.reset:
                 self._create(i, a)
-        pending = [i for i, a in actions.items() if a.reset]
         if not pending:
             return AGENT_EXIT_OK
+        if blocked:
+            self.report.reboot_required = True
+            self.report.reboot_reason = f"{blocked}; a reboot applies the MIG mode"
+            return AGENT_EXIT_REBOOT
         if not self._reset(pending):
             return AGENT_EXIT_REBOOT
         for i in pending:
@@ -242,9 +292,8 @@ class _Applier:
 
     def _reset(self, indices: list[int]) -> bool:
         """Reset ``indices``; False when a reboot must finish the job instead."""
-        outcome = reset(indices, self.layout.gpu_clients)
-        self.report.stopped_units = outcome.stopped
-        if outcome.ok:
+        ok, message = reset(indices)
+        if ok:
             for i in indices:
                 self.report.gpus[i].actions.append({"action": "reset"})
             return True
@@ -252,19 +301,16 @@ class _Applier:
         if self.layout.allow_reboot and not self.boot:
             self.report.reboot_required = True
             self.report.reboot_reason = (
-                f"GPU {gpus}: the reset was refused "
-                f"({outcome.message}); a reboot applies the MIG mode"
+                f"GPU {gpus}: the reset was refused ({message}); a reboot applies the MIG mode"
             )
             return False
         hint = (
             "stop the processes using the GPU"
             if self.boot
-            else "stop the processes using the GPU, list their units in mig_gpu_clients, "
+            else "stop the processes using the GPU, list their units in gpu_clients, "
             "or allow a reboot with mig_reboot: true"
         )
-        raise ApplyFailed(
-            f"GPU {gpus}: cannot reset to apply the MIG mode: {outcome.message}; {hint}"
-        )
+        raise ApplyFailed(f"GPU {gpus}: cannot reset to apply the MIG mode: {message}; {hint}")
 
     def _nvml(self, what: str, function: Any, *args: Any) -> Any:
         try:

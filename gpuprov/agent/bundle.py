@@ -33,6 +33,7 @@ _MEMBERS = (
     "__init__.py",
     "contract.py",
     "findings.py",
+    "gpu_clients.py",
     "probe.py",
     "agent",
     "health",

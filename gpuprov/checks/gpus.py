@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuprov import catalog
-from gpuprov.contract import PROBE_NVML_OK
+from gpuprov.contract import NVIDIA_DEVICE_PREFIX, PROBE_NVML_OK
 from gpuprov.findings import Finding
 from gpuprov.hostfiles.documents import Report, one_line
 from gpuprov.mig.diff import MigDiffError, ObservedGi, diff
@@ -56,7 +56,7 @@ def _nvml_ok(report: Report, plan: HostPlan, probe: ProbeDocument) -> bool:
         else "install the NVIDIA driver, or set driver_version to let the deploy do it",
         "driver-not-loaded": "load the nvidia kernel module (modprobe nvidia) or reboot "
         "after the driver install",
-        "no-permission": "connect as root (or give the SSH user access to /dev/nvidia*)",
+        "no-permission": f"connect as root (or give the SSH user access to {NVIDIA_DEVICE_PREFIX}*)",
     }
     found = state if not probe.error else f"{state}: {one_line(probe.error)[:200]}"
     report.add(

@@ -50,12 +50,9 @@ def gpu_node(plan: HostPlan) -> None:
     runtime.container_runtime(view)
     mig.agent(view)
     leftovers.leftovers(view)
-    if plan.mode == "mig":
-        mig.mig_layout(view)
-    else:
-        mig.mig_off(view)
+    mig_changes = mig.mig_layout(view) if plan.mode == "mig" else mig.mig_off(view)
     mps.mps(view)
-    device_plugin.device_plugin(view)
+    device_plugin.device_plugin(view, mig_changes)
     kubelet.kubelet(view)
     if reasons:
         uncordon(view)

@@ -1,11 +1,16 @@
 """MIG: the host agent, the planned layout file, the boot unit that rebuilds it, and the
-incremental apply (with the reboot the agent may ask for). Hosts outside ``mig`` get MIG off."""
+incremental apply (with the reboot the agent may ask for). Hosts outside ``mig`` get MIG off.
+
+Both steps return the apply operations they scheduled: whatever they change (a layout or the
+MIG mode) changes the devices the device plugin advertises, so the device plugin step restarts
+the plugin when any of them changed something (``gpuprov.deploys.device_plugin``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pyinfra.api import deploy
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import server, systemd
 
 from gpuprov.agent.bundle import build_bundle
@@ -47,7 +52,7 @@ def agent(view: HostView) -> None:
 
 
 @deploy("MIG layout")
-def mig_layout(view: HostView) -> None:
+def mig_layout(view: HostView) -> list[OperationMeta]:
     settings = view.settings
     ensure_file(
         view, f"MIG layout {MIG_LAYOUT_PATH}", MIG_LAYOUT_PATH, layout_file.render(view.plan)
@@ -62,17 +67,18 @@ def mig_layout(view: HostView) -> None:
             running=None,
             _timeout=settings["gpuprov_timeout_service"],
         )
-    _apply(view, MIG_LAYOUT_PATH, upload=False, reboot=settings["mig_reboot"])
+    return _apply(view, MIG_LAYOUT_PATH, upload=False, reboot=settings["mig_reboot"])
 
 
 @deploy("MIG off")
-def mig_off(view: HostView) -> None:
-    _apply(view, MIG_OFF_PATH, upload=True, reboot=view.settings["mig_reboot"])
+def mig_off(view: HostView) -> list[OperationMeta]:
+    return _apply(view, MIG_OFF_PATH, upload=True, reboot=view.settings["mig_reboot"])
 
 
-def _apply(view: HostView, path: str, upload: bool, reboot: bool) -> None:
+def _apply(view: HostView, path: str, upload: bool, reboot: bool) -> list[OperationMeta]:
+    """The apply operations scheduled (none when the host state shows the GPUs as planned)."""
     if pending_actions(view) == []:
-        return
+        return []
     settings = view.settings
     kwargs = dict(
         document=document(view.plan),
@@ -83,14 +89,16 @@ def _apply(view: HostView, path: str, upload: bool, reboot: bool) -> None:
     )
     limit = settings["gpuprov_timeout_mig"]
     first = applied(name="MIG as planned (incremental)", _timeout=limit, **kwargs)
-    if reboot:
-        restart = server.reboot(
-            name="reboot: the MIG mode change needs it (mig_reboot)",
-            delay=5,
-            reboot_timeout=600,
-            _timeout=reboot_limit(5, 600),
-            _if=lambda: reboot_requested(first),
-        )
-        applied(
-            name="MIG as planned, after the reboot", _if=changed(restart), _timeout=limit, **kwargs
-        )
+    if not reboot:
+        return [first]
+    restart = server.reboot(
+        name="reboot: the MIG mode change needs it (mig_reboot)",
+        delay=5,
+        reboot_timeout=600,
+        _timeout=reboot_limit(5, 600),
+        _if=lambda: reboot_requested(first),
+    )
+    after = applied(
+        name="MIG as planned, after the reboot", _if=changed(restart), _timeout=limit, **kwargs
+    )
+    return [first, after]

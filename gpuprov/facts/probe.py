@@ -109,10 +109,19 @@ class VerifyProbe(AgentProbe):
     """
     ``AgentProbe`` plus, on a containerd host, what containerd says about its config: the
     ``containerd`` section (release, effective ``config dump``, CRI rows of ``ctr plugins ls``;
-    ``gpuprov.agent.containerd_state``), read in the same round trip.
+    ``gpuprov.agent.containerd_state``), and what the kubelet registered from device plugins:
+    the ``kubelet_devices`` section (its checkpoint's text and the sockets beside it), all read
+    in the same round trip.
 
     + containerd: containerd's main config (``containerd_config_path``); None for docker hosts
     + health: also read each GPU's health (NVML error counters, the kernel log's XIDs)
+    + kubelet_devices: the kubelet's device-plugin directory; None to leave the section out
+
+    .. code:: python
+
+        {..., "kubelet_devices": {"directory": "/var/lib/kubelet/device-plugins",
+                                  "checkpoint": '{"Data": {...}, "Checksum": 3764097439}',
+                                  "sockets": ["kubelet.sock", "nvidia-gpu.shared.sock"]}}
     """
 
     @override
@@ -124,8 +133,11 @@ class VerifyProbe(AgentProbe):
         globs: Sequence[str] = (),
         containerd: str | None = None,
         health: bool = False,
+        kubelet_devices: str | None = None,
     ) -> StringCommand:
         extra = ["--containerd", QuoteString(containerd)] if containerd else []
         if health:
             extra.append("--health")
+        if kubelet_devices:
+            extra += ["--kubelet-devices", QuoteString(kubelet_devices)]
         return self._command(agent_path, python, files, globs, extra)

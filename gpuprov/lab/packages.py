@@ -103,6 +103,7 @@ def _driver(upstream: str) -> list[Package]:
     kernel_files = {
         "/usr/sbin/gpuprov-sim": _file("driver/gpuprov-sim", upstream, 0o755),
         "/usr/lib/nvidia-sim/kmsg-link": _file("driver/nvidia-sim-kmsg", upstream, 0o755),
+        "/usr/sbin/nvidia-sim-devices": _file("driver/nvidia-sim-devices", upstream, 0o755),
         "/lib/systemd/system/nvidia-sim-boot.service": _file(
             "driver/nvidia-sim-boot.service", upstream
         ),
