@@ -90,6 +90,8 @@ class ShareMemory:
     def label(self) -> str:
         """For the plan table: ``20 GiB (MPS limit)``, ``20 GiB (not enforced)``."""
         how = f"{self.enforced_by} limit" if self.enforced else "not enforced"
+        if self.enforced_by == "HAMi-core":
+            how += ", the pod's request"
         return f"{gib(self.mib)} GiB ({how})"
 
     def as_dict(self) -> dict:
@@ -107,3 +109,19 @@ def share_memory(
     if budget_gib is None:
         return ShareMemory(gpu_memory_mib // shares, False)
     return ShareMemory(int(budget_gib * MIB_PER_GIB), False)
+
+
+def vgpu_share_memory(
+    gpu_memory_mib: int, split_count: int, memory_scaling: float, budget_gib: float | None
+) -> ShareMemory:
+    """What one of a ``vgpu`` host's ``split_count`` shares of a GPU may use: the budget, or an
+    even split of the memory the flavour's scheduler counts (MiB x memory scaling). HAMi-core
+    holds each container to the ``gpumem`` it requested, so the limit is the pod's request.
+
+    >>> vgpu_share_memory(81920, 10, 1, None).label()
+    '8 GiB (HAMi-core limit, the pod\'s request)'
+    """
+    enforcer = "HAMi-core"
+    if budget_gib is None:
+        return ShareMemory(int(gpu_memory_mib * memory_scaling) // split_count, True, enforcer)
+    return ShareMemory(int(budget_gib * MIB_PER_GIB), True, enforcer)

@@ -37,6 +37,7 @@ from gpuprov.memory_budget import (
     mps_budget_note,
     overcommitted,
     share_memory,
+    vgpu_share_memory,
 )
 from gpuprov.mig.instance import Instance
 from gpuprov.mig.solver import solve
@@ -409,48 +410,81 @@ class _HostPlanner:
                 f"or it advertises no {VOLCANO_MEMORY_RESOURCE}; got {factor}",
                 key="vgpu_memory_factor",
             )
+        split, scaling = settings["vgpu_split_count"], settings["vgpu_memory_scaling"]
+        budget = settings["memory_per_share_gib"]
+        self.budget(
+            model,
+            split,
+            budget,
+            settings,
+            "lower vgpu_split_count or the budget",
+            "HAMi's scheduler places pods by the memory they request, so pods that each request "
+            "this budget do not all fit on the GPU",
+        )
         if self.problems:
             return None
-        return Vgpu.of(
+        shares = Vgpu.of(
             flavour,
             model.memory_mib,
             count,
-            settings["vgpu_split_count"],
-            settings["vgpu_memory_scaling"],
+            split,
+            scaling,
             settings["vgpu_core_scaling"],
             factor,
         )
+        memory = vgpu_share_memory(model.memory_mib, split, scaling, budget)
+        return dataclasses.replace(shares, memory=memory)
 
     def share_memory(self, model: catalog.GpuModel, settings: dict[str, Any]) -> ShareMemory:
         """What one share of a ``shared`` host's GPU may use; a budget that overcommits the
         GPU is a problem, or with ``allow_memory_overcommit`` a warning."""
         replicas, budget = settings["time_slicing_replicas"], settings["memory_per_share_gib"]
         strategy = settings["sharing_strategy"]
-        if budget is not None:
-            over = overcommitted(model.memory_mib, replicas, budget)
-            if over and not settings["allow_memory_overcommit"]:
-                self.problem(
-                    f"{over} ({model.alias}); lower time_slicing_replicas or the budget, or set "
-                    "allow_memory_overcommit: true to plan it anyway",
-                    key="memory_per_share_gib",
-                )
-            elif over:
-                consequence = (
-                    "MPS still limits each client to memory / replicas"
-                    if strategy == SHARING_MPS
-                    else "time-slicing isolates no memory: pods that use their budget run the "
-                    "GPU out of memory (CUDA out-of-memory errors in every pod on it)"
-                )
-                self.warn(
-                    f"memory overcommitted (allow_memory_overcommit): {over} ({model.alias}); "
-                    f"{consequence}",
-                    key="memory_per_share_gib",
-                )
-            elif strategy == SHARING_MPS:
-                note = mps_budget_note(model.memory_mib, replicas, budget)
-                if note:
-                    self.warn(note, key="memory_per_share_gib")
+        consequence = (
+            "MPS still limits each client to memory / replicas"
+            if strategy == SHARING_MPS
+            else "time-slicing isolates no memory: pods that use their budget run the "
+            "GPU out of memory (CUDA out-of-memory errors in every pod on it)"
+        )
+        fits = self.budget(
+            model,
+            replicas,
+            budget,
+            settings,
+            "lower time_slicing_replicas or the budget",
+            consequence,
+        )
+        if fits and budget is not None and strategy == SHARING_MPS:
+            note = mps_budget_note(model.memory_mib, replicas, budget)
+            if note:
+                self.warn(note, key="memory_per_share_gib")
         return share_memory(model.memory_mib, replicas, budget, strategy)
+
+    def budget(
+        self,
+        model: catalog.GpuModel,
+        shares: int,
+        budget: float | None,
+        settings: dict[str, Any],
+        remedy: str,
+        consequence: str,
+    ) -> bool:
+        """Whether ``shares`` budgets fit one GPU; when not, a problem, or with
+        ``allow_memory_overcommit`` a warning saying ``consequence``."""
+        over = overcommitted(model.memory_mib, shares, budget) if budget is not None else None
+        if over and not settings["allow_memory_overcommit"]:
+            self.problem(
+                f"{over} ({model.alias}); {remedy}, or set allow_memory_overcommit: true to plan "
+                "it anyway",
+                key="memory_per_share_gib",
+            )
+        elif over:
+            self.warn(
+                f"memory overcommitted (allow_memory_overcommit): {over} ({model.alias}); "
+                f"{consequence}",
+                key="memory_per_share_gib",
+            )
+        return over is None
 
     def warn(self, message: str, key: str) -> None:
         source = self.inventory.source_of(self.host, key)

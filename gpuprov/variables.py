@@ -416,18 +416,19 @@ _VARIABLES = [
         "memory_per_share_gib",
         None,
         f"GPU memory one pod may use per share, in GiB (above 0, at most {SHARE_MEMORY_MAX_GIB}); "
-        "the plan refuses replicas x this above the GPU model's memory. None: the memory / "
-        "replicas, shown as not enforced under time-slicing.",
+        "the plan refuses replicas (`vgpu`: `vgpu_split_count`) x this above the GPU model's "
+        "memory. None: the memory / replicas, shown as not enforced under time-slicing. On "
+        "`vgpu` hosts HAMi-core holds each pod to the `gpumem` it requests: request this.",
         _optional(_gib),
-        modes=("shared",),
+        modes=("shared", "vgpu"),
     ),
     Variable(
         "allow_memory_overcommit",
         False,
-        "Plan replicas x `memory_per_share_gib` above the GPU's memory anyway, with a warning "
-        "on every plan and deploy.",
+        "Plan replicas (or the vGPU split) x `memory_per_share_gib` above the GPU's memory "
+        "anyway, with a warning on every plan and deploy.",
         _bool,
-        modes=("shared",),
+        modes=("shared", "vgpu"),
     ),
     # -f on the command line: the kernel cuts the process name to 15 characters
     # ("nvidia-device-p"), so `pkill -x nvidia-device-plugin` never matches.

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuprov.contract import VGPU_CORES_PER_GPU, VGPU_RESOURCES
+from gpuprov.memory_budget import ShareMemory
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class Vgpu:
     memory_factor: int
     advertised: dict[str, int]
     allocatable: dict[str, int]
+    # What one share may use (``memory_per_share_gib``, else an even split); the planner sets it.
+    memory: ShareMemory | None = None
 
     @classmethod
     def of(
@@ -86,4 +89,5 @@ class Vgpu:
             "memory_factor": self.memory_factor,
             "advertised": self.advertised,
             "allocatable": self.allocatable,
+            "memory_per_share": self.memory.as_dict() if self.memory else None,
         }

@@ -218,3 +218,44 @@ def test_volcano_hosts_with_different_memory_factors_are_refused(tmp_path):
         result,
         f"{path}: vgpu_memory_factor: volcano hosts differ (1 on v1; 1024 on v2)",
     )
+
+
+# --- memory budgets per share (memory_per_share_gib), on the split count
+
+
+def test_a_budget_that_fits_the_split_is_each_shares_memory(tmp_path):
+    node = cluster(tmp_path, "hami", nodes=1, memory_per_share_gib=8).host("gpu-00")
+    assert node.vgpu.memory.mib == 8 * 1024
+    assert node.vgpu.as_dict()["memory_per_share"]["enforced_by"] == "HAMi-core"
+
+
+def test_without_a_budget_a_share_is_the_scaled_memory_over_the_split(tmp_path):
+    node = cluster(tmp_path, "hami", nodes=1, vgpu_memory_scaling=2).host("gpu-00")
+    assert node.vgpu.memory.mib == 2 * A800_MIB // 10
+
+
+def test_a_budget_the_split_overcommits_is_refused_naming_the_key(tmp_path):
+    # 10 shares x 9 GiB = 92160 MiB > 81920 MiB of one 80 GB GPU
+    names = ["gpu-00"]
+    group = {**EIGHT_80GB, "vgpu_flavour": "volcano", "memory_per_share_gib": 9}
+    path = write_inventory(tmp_path, f"vgpu = ({names!r}, {group!r})\n")
+    result = CliRunner().invoke(main, ["plan", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "memory_per_share_gib" in result.output
+    assert "10 shares x 9 GiB" in result.output and "vgpu_split_count" in result.output
+
+
+def test_an_allowed_overcommit_of_the_split_plans_with_a_warning(tmp_path):
+    names = ["gpu-00"]
+    group = {
+        **EIGHT_80GB,
+        "vgpu_flavour": "hami",
+        "memory_per_share_gib": 9,
+        "allow_memory_overcommit": True,
+    }
+    path = write_inventory(tmp_path, f"vgpu = ({names!r}, {group!r})\n")
+    result = CliRunner().invoke(main, ["plan", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "warning: " in result.stderr and "memory overcommitted" in result.stderr
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    assert "9 GiB (HAMi-core limit, the pod's request)" in rows["gpu-00"]

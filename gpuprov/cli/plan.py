@@ -68,6 +68,8 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
         memory = ""
         if host.time_slicing and host.time_slicing.memory:
             memory = host.time_slicing.memory.label()
+        elif host.vgpu and host.vgpu.memory:
+            memory = host.vgpu.memory.label()
         rows.append(
             [
                 host.name,
