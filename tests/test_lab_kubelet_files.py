@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -87,7 +90,10 @@ def test_device_plugin_unit_reads_gpuprovs_config_and_sees_the_mig_minors_under_
         root, tmp_path / "plugin", tmp_path / "libnvidia-ml.so.1", "config 1\nmonitor 2\n"
     )
     unit = (root / device_plugin.UNIT.lstrip("/")).read_text()
-    assert f"--config-file={DEVICE_PLUGIN_CONFIG_PATH}" in unit
+    assert f"ExecStart={device_plugin.LAUNCHER} start\n" in unit
+    launcher = (root / device_plugin.LAUNCHER.lstrip("/")).read_text()
+    assert f"--config-file={DEVICE_PLUGIN_CONFIG_PATH}" in launcher
+    assert f"Environment=LD_LIBRARY_PATH={device_plugin.LIBRARY_DIR}\n" in unit
     assert f"BindReadOnlyPaths={device_plugin.CAPS_DIR}:/proc/driver/nvidia-caps\n" in unit
     caps = root / device_plugin.CAPS_DIR.lstrip("/") / "mig-minors"
     assert caps.read_text() == "config 1\nmonitor 2\n"
@@ -95,6 +101,49 @@ def test_device_plugin_unit_reads_gpuprovs_config_and_sees_the_mig_minors_under_
     assert library.is_file()
     link = root / "etc/systemd/system/multi-user.target.wants/nvidia-device-plugin.service"
     assert os.readlink(link) == device_plugin.UNIT
+
+
+def test_a_lab_host_plugin_takes_nvml_from_the_driver_package_and_waits_for_it(tmp_path):
+    device_plugin.configure(tmp_path, "config 1\n")
+    unit = (tmp_path / device_plugin.UNIT.lstrip("/")).read_text()
+    assert "LD_LIBRARY_PATH" not in unit
+    assert "Environment=FAIL_ON_INIT_ERROR=false\n" in unit
+    assert not (tmp_path / device_plugin.PLUGIN.lstrip("/")).exists()  # bound by nspawn
+
+
+def _reload_signal(tmp_path: Path, *argv: str) -> int:
+    """The signal the launcher's reload sends a process started as ``argv`` (on this machine,
+    where the plugin's config file does not exist)."""
+    assert not Path(DEVICE_PLUGIN_CONFIG_PATH).exists()
+    script = tmp_path / "launcher.sh"
+    script.write_text(device_plugin.launcher())
+    received = tmp_path / "signal"
+    catcher = (
+        "import signal, sys, time\n"
+        f"def got(n, _): open({str(received)!r}, 'w').write(str(n)); sys.exit(0)\n"
+        "signal.signal(signal.SIGHUP, got); signal.signal(signal.SIGTERM, got)\n"
+        "print('ready', flush=True); time.sleep(30)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", catcher, *argv], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout.readline() == "ready\n"
+        subprocess.run(["sh", str(script), "reload", str(process.pid)], check=True, timeout=10)
+        process.wait(timeout=10)
+    finally:
+        process.kill()
+    return int(received.read_text())
+
+
+def test_reload_sends_sighup_when_the_config_file_is_as_at_the_start(tmp_path):
+    assert _reload_signal(tmp_path) == signal.SIGHUP
+
+
+def test_reload_ends_the_plugin_when_its_config_file_went_since_the_start(tmp_path):
+    # SIGHUP would make it re-read a file that is gone; systemd starts it again without.
+    given = f"--config-file={DEVICE_PLUGIN_CONFIG_PATH}"
+    assert _reload_signal(tmp_path, given) == signal.SIGTERM
 
 
 def test_config_manager_gets_the_configmap_data_as_files_and_runs_before_and_beside_the_plugin(

@@ -2,9 +2,14 @@
 
 sudo gpuprov lab up                  # 3 hosts: 8 x A100 (shared), 8 x H100 (mig), 4 x H200
 sudo gpuprov lab up --hosts 8        # cycling through the same three kinds
+sudo gpuprov lab up --no-kube        # no control plane, no kubelet, no device plugin
 sudo gpuprov lab status --format json
-sudo gpuprov lab demo                # up, deploy, verify
+sudo gpuprov lab demo                # up, deploy, verify (with --kubeconfig)
 sudo gpuprov lab down
+
+With Kubernetes (the default) the lab runs etcd and kube-apiserver on 10.200.0.1:16443, and every
+host the real kubelet and NVIDIA's device plugin; the admin kubeconfig is
+``<run dir>/kube/admin.kubeconfig`` (printed by `up`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 import click
 
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
-from gpuprov.lab import lifecycle, spec
+from gpuprov.lab import controlplane, lifecycle, spec
 from gpuprov.lab.errors import LabError
 from gpuprov.lab.rundir import RunDir, default_dir
 
@@ -58,10 +63,32 @@ def lab() -> None:
     help="A containerd binary (e.g. upstream 2.3.4) to run instead of Debian's 1.6: on every "
     "host, or with --spec on the hosts marked `containerd: upstream`.",
 )
+@click.option(
+    "--no-kube",
+    "no_kube",
+    is_flag=True,
+    help="No Kubernetes: no control plane, and the hosts' kubelet and device plugin units run "
+    "nothing (saves about 100 MB and some CPU per host).",
+)
+@click.option(
+    "--device-plugin",
+    "device_plugin",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    metavar="PATH",
+    help="NVIDIA device plugin binary to run on every host (default: shared/bin's v0.20.0, "
+    "decompressed into /var/tmp/gpuprov-bin and checked against its sha256).",
+)
 @bad_input
-def up(count: int | None, spec_file: str | None, containerd: str | None) -> None:
+def up(
+    count: int | None,
+    spec_file: str | None,
+    containerd: str | None,
+    no_kube: bool,
+    device_plugin: str | None,
+) -> None:
     """Start the lab (idempotent); print its hosts and how to reach them."""
-    _up(count, spec_file, containerd)
+    _up(count, spec_file, containerd, kube=not no_kube, device_plugin=device_plugin)
 
 
 @lab.command()
@@ -82,6 +109,7 @@ def status(fmt: str) -> None:
         emit_json(document)
         return
     click.echo(f"lab {document['state']} ({document['run_dir']})")
+    _kube_status(document.get("kube"))
     if document["hosts"]:
         click.echo(
             table(
@@ -101,6 +129,26 @@ def status(fmt: str) -> None:
         )
 
 
+def _kube_status(kube: dict | None) -> None:
+    """The nodes as the API server shows them, after the host table."""
+    if not kube:
+        return
+    click.echo(f"API server {kube['server']}, kubeconfig {kube['kubeconfig']}")
+    if not kube["api"]:
+        click.echo(f"API server: {kube['error']}")
+        return
+    rows = [
+        [
+            n["name"],
+            "yes" if n["ready"] else ("NO" if n["registered"] else "no Node"),
+            " ".join(f"{k}={v}" for k, v in n["allocatable"].items() if k != "pods") or "-",
+            n["allocatable"].get("pods", "-"),
+        ]
+        for n in kube["nodes"]
+    ]
+    click.echo(table(rows, ["node", "ready", "allocatable GPUs", "pods"]) + "\n")
+
+
 @lab.command()
 @click.option("--hosts", "count", type=int, default=None, metavar="N", help="As for `up`.")
 @click.option(
@@ -110,13 +158,19 @@ def status(fmt: str) -> None:
 def demo(count: int | None, spec_file: str | None) -> None:
     """Start the lab, deploy it with pyinfra, verify it, and say how to look around."""
     run = _up(count, spec_file)
+    kube = (run.read_state() or {}).get("kube")
     bindir = Path(sys.executable).parent
-    for argv in (
-        [str(bindir / "pyinfra"), "-y", INVENTORY, DEPLOY],
-        [str(bindir / "gpuprov"), "verify", INVENTORY],
-    ):
+    verify = [str(bindir / "gpuprov"), "verify", INVENTORY]
+    if kube:
+        verify += ["--kubeconfig", kube["kubeconfig"]]
+    for argv in ([str(bindir / "pyinfra"), "-y", INVENTORY, DEPLOY], verify):
         click.echo(f"\n$ {' '.join(argv)}", err=True)
-        if subprocess.run(argv, cwd=CHECKOUT).returncode != 0:
+        if (
+            subprocess.run(
+                argv, cwd=CHECKOUT, env=controlplane.env_with_kubectl(kube and kube["kubectl"])
+            ).returncode
+            != 0
+        ):
             click.echo(
                 f"error: `{' '.join(argv)}` failed; the lab is still up "
                 "(`gpuprov lab down` ends it)",
@@ -127,7 +181,13 @@ def demo(count: int | None, spec_file: str | None) -> None:
     click.echo("Take it down: sudo gpuprov lab down")
 
 
-def _up(count: int | None, spec_file: str | None, containerd: str | None = None) -> RunDir:
+def _up(
+    count: int | None,
+    spec_file: str | None,
+    containerd: str | None = None,
+    kube: bool = True,
+    device_plugin: str | None = None,
+) -> RunDir:
     if count is not None and spec_file is not None:
         raise click.UsageError("give --hosts or --spec, not both")
     binary = os.path.abspath(containerd) if containerd else None
@@ -138,7 +198,8 @@ def _up(count: int | None, spec_file: str | None, containerd: str | None = None)
     )
     run = RunDir(default_dir())
     lifecycle.require_root("up")
-    _lab_errors(lambda: lifecycle.up(run, hosts))
+    plugin = Path(device_plugin).resolve() if device_plugin else None
+    _lab_errors(lambda: lifecycle.up(run, hosts, kube=kube, plugin=plugin))
     click.echo(
         table(
             [
@@ -149,7 +210,14 @@ def _up(count: int | None, spec_file: str | None, containerd: str | None = None)
         )
     )
     click.echo(f"\nssh -F {run.ssh_config} {hosts[0].name}")
-    click.echo(f"pyinfra -y {INVENTORY} {DEPLOY}")
+    cluster = (run.read_state() or {}).get("kube")
+    if cluster:
+        bindir = Path(cluster["kubectl"]).parent
+        click.echo(f"kubeconfig {cluster['kubeconfig']} (API server {cluster['server']})")
+        click.echo(f"PATH={bindir}:$PATH pyinfra -y {INVENTORY} {DEPLOY}")
+        click.echo(f"gpuprov verify {INVENTORY} --kubeconfig {cluster['kubeconfig']}")
+    else:
+        click.echo(f"pyinfra -y {INVENTORY} {DEPLOY}")
     return run
 
 

@@ -92,6 +92,20 @@ class RunDir:
     def repo_pid(self) -> Path:
         return self.path / "repo-http.pid"
 
+    @property
+    def kube(self) -> Path:
+        """The control plane's directory: certificates, etcd's data, pid files and logs."""
+        return self.path / "kube"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        """The lab cluster's admin kubeconfig (``ControlPlane.admin_kubeconfig``)."""
+        return self.kube / "admin.kubeconfig"
+
+    def node_kubeconfig(self, name: str) -> Path:
+        """Where the controller keeps host ``name``'s kubelet kubeconfig (embedded in the host)."""
+        return self.kube / f"node-{name}.kubeconfig"
+
     def host(self, name: str) -> HostDir:
         return HostDir(self.path / "hosts" / name)
 
@@ -100,8 +114,9 @@ class RunDir:
         return [HostDir(p) for p in sorted(hosts.iterdir())] if hosts.is_dir() else []
 
     def pidfiles(self) -> list[Path]:
-        """Every pid file of this run: services and each host's launcher and nspawn."""
-        files = [self.stuck_pid, self.repo_pid]
+        """Every pid file of this run: services, the control plane and each host's launcher and
+        nspawn."""
+        files = [self.stuck_pid, self.repo_pid, self.kube / "etcd.pid", self.kube / "apiserver.pid"]
         for host in self.host_dirs():
             files += [host.launcher_pid, host.nspawn_pid]
         return [f for f in files if f.exists()]
