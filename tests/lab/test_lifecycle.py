@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.lab import network, procs
+from gpuprov.lab import kubebuild, network, procs
+from gpuprov.lab.device_plugin import PLUGIN
+from gpuprov.lab.kubelet import KUBELET
 
 pytestmark = pytest.mark.lab
 
@@ -47,16 +49,39 @@ def test_second_up_with_other_hosts_refuses_and_leaves_the_lab_alone(lab):
     assert [h["name"] for h in status["hosts"]] == lab.names
 
 
+def test_status_shows_the_nodes_as_the_api_server_sees_them(lab):
+    status = json.loads(gpuprov(lab, "status", "--format", "json").stdout)
+    assert status["kube"]["api"] is True
+    assert status["kube"]["kubeconfig"] == str(lab.run_dir.admin_kubeconfig)
+    assert [(n["name"], n["ready"]) for n in status["kube"]["nodes"]] == [
+        (name, True) for name in lab.names
+    ]
+    text = gpuprov(lab, "status").stdout
+    assert f"kubeconfig {lab.run_dir.admin_kubeconfig}" in text
+    rows: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.startswith("lab-"):
+            rows.setdefault(line.split()[0], line.split())  # the node table comes first
+    assert all(rows[name][1] == "yes" for name in lab.names), text
+
+
 @pytest.mark.lab_down
 def test_down_leaves_no_process_mount_namespace_or_link(lab):
     run = lab.run_dir
     pidfiles = run.pidfiles()
     pids = [procs.read(f) for f in pidfiles]
-    assert len(pids) == 2 + 2 * len(lab.hosts) and None not in pids
+    # repository server, stuck mirror, etcd, API server; each host's launcher and nspawn
+    assert len(pids) == 4 + 2 * len(lab.hosts) and None not in pids
+    # Each host's kubelet and plugin (their paths in the host), the control plane's two.
+    binaries = {KUBELET, PLUGIN} | {
+        str(kubebuild.binaries()[c]) for c in ("etcd", "kube-apiserver")
+    }
+    assert len(_running_binaries(binaries)) == 2 + 2 * len(lab.hosts)
 
     lab.stop()
 
     assert [p for p in pids if p is not None and _running(p)] == []
+    assert _running_binaries(binaries) == []
     assert [
         line for line in Path("/proc/mounts").read_text().splitlines() if str(run.path) in line
     ] == []
@@ -66,6 +91,21 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     again = gpuprov(lab, "down")
     assert again.returncode == 0, again.stderr
     assert json.loads(gpuprov(lab, "status", "--format", "json").stdout)["state"] == "down"
+
+
+def _running_binaries(paths: set[str]) -> list[str]:
+    """The processes (``pid argv0``) of this machine, lab hosts included, started as one of
+    ``paths``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                argv0 = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+            except OSError:
+                continue
+            if argv0 in paths:
+                found.append(f"{proc.name} {argv0}")
+    return found
 
 
 def _running(pid: int) -> bool:
