@@ -156,14 +156,30 @@ def _kube_status(kube: dict | None) -> None:
 )
 @bad_input
 def demo(count: int | None, spec_file: str | None) -> None:
-    """Start the lab, deploy it with pyinfra, verify it, and say how to look around."""
+    """Start the lab, deploy it with pyinfra, apply the cluster side (`gpuprov kube apply`),
+    verify hosts and nodes (`--kubeconfig`), and say how to look around."""
     run = _up(count, spec_file)
     kube = (run.read_state() or {}).get("kube")
     bindir = Path(sys.executable).parent
-    verify = [str(bindir / "gpuprov"), "verify", INVENTORY]
+    steps = [[str(bindir / "pyinfra"), "-y", INVENTORY, DEPLOY]]
     if kube:
-        verify += ["--kubeconfig", kube["kubeconfig"]]
-    for argv in ([str(bindir / "pyinfra"), "-y", INVENTORY, DEPLOY], verify):
+        # The node labels, taints and ConfigMap that verify checks through the API server.
+        steps.append(
+            [
+                str(bindir / "gpuprov"),
+                "kube",
+                "apply",
+                INVENTORY,
+                "--kubeconfig",
+                kube["kubeconfig"],
+            ]
+        )
+        steps.append(
+            [str(bindir / "gpuprov"), "verify", INVENTORY, "--kubeconfig", kube["kubeconfig"]]
+        )
+    else:
+        steps.append([str(bindir / "gpuprov"), "verify", INVENTORY])
+    for argv in steps:
         click.echo(f"\n$ {' '.join(argv)}", err=True)
         if (
             subprocess.run(
@@ -215,6 +231,7 @@ def _up(
         bindir = Path(cluster["kubectl"]).parent
         click.echo(f"kubeconfig {cluster['kubeconfig']} (API server {cluster['server']})")
         click.echo(f"PATH={bindir}:$PATH pyinfra -y {INVENTORY} {DEPLOY}")
+        click.echo(f"gpuprov kube apply {INVENTORY} --kubeconfig {cluster['kubeconfig']}")
         click.echo(f"gpuprov verify {INVENTORY} --kubeconfig {cluster['kubeconfig']}")
     else:
         click.echo(f"pyinfra -y {INVENTORY} {DEPLOY}")

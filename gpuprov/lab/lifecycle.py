@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.errors import InputError, Problem
+from gpuprov.kube import manifests
 from gpuprov.lab import (
     base,
     controlplane,
@@ -203,6 +204,13 @@ def _start(
         plane_started = time.time()
         plane = controlplane.ControlPlane(run.kube, GATEWAY)
         plane.start(binaries)
+        # Where `gpuprov kube apply` puts the device plugin's ConfigMap; the chart makes it in a
+        # real cluster, and the lab's plugin runs as a systemd unit instead.
+        made = plane.kubectl("create", "namespace", manifests.DEFAULT_NAMESPACE)
+        if made.returncode != 0:
+            raise LabError(
+                f"creating namespace {manifests.DEFAULT_NAMESPACE}: {made.stderr.strip()}"
+            )
         for host in spec:
             plane.kubeconfig(run.node_kubeconfig(host.name), controlplane.node_identity(host.name))
         parts = hosts.KubeParts(binaries["kubelet"], binaries[device_plugin.BUILD])

@@ -199,6 +199,14 @@ class Lab:
         """``gpuprov verify INVENTORY [ARGS]`` (not checked: the exit code is the answer)."""
         return self._gpuprov("verify", str(inventory or self.inventory), *args)
 
+    def kube_apply(self, inventory: Path | None = None) -> None:
+        """``gpuprov kube apply INVENTORY --kubeconfig K``: the node labels and taints and the
+        device plugin ConfigMap that ``verify --kubeconfig`` checks besides the allocatable."""
+        result = self._gpuprov(
+            "kube", "apply", str(inventory or self.inventory), "--kubeconfig", str(self.kubeconfig)
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
     def verify_status(self, inventory: Path | None = None) -> dict[str, str]:
         """Host name -> ``ok``, ``drift`` or ``unreachable``, as ``gpuprov verify`` sees it."""
         document = json.loads(self.verify(inventory, "--format", "json").stdout)
