@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.lab import kubebuild, network, procs
+from gpuprov.lab import network, procs
+from gpuprov.lab.controlplane import API_PORT
 from gpuprov.lab.device_plugin import PLUGIN
 from gpuprov.lab.kubelet import KUBELET
 
@@ -72,16 +73,15 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     pids = [procs.read(f) for f in pidfiles]
     # repository server, stuck mirror, etcd, API server; each host's launcher and nspawn
     assert len(pids) == 4 + 2 * len(lab.hosts) and None not in pids
-    # Each host's kubelet and plugin (their paths in the host), the control plane's two.
-    binaries = {KUBELET, PLUGIN} | {
-        str(kubebuild.binaries()[c]) for c in ("etcd", "kube-apiserver")
-    }
-    assert len(_running_binaries(binaries)) == 2 + 2 * len(lab.hosts)
+    # Each host's kubelet and plugin, started inside the hosts (descendants of their nspawn).
+    node_parts = _descendants_running([p for p in pids if p is not None], {KUBELET, PLUGIN})
+    assert len(node_parts) == 2 * len(lab.hosts), node_parts
 
     lab.stop()
 
     assert [p for p in pids if p is not None and _running(p)] == []
-    assert _running_binaries(binaries) == []
+    assert [p for p in node_parts if _running(p)] == []
+    assert API_PORT not in _listening_ports()  # the API server's port is free again
     assert [
         line for line in Path("/proc/mounts").read_text().splitlines() if str(run.path) in line
     ] == []
@@ -93,19 +93,38 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     assert json.loads(gpuprov(lab, "status", "--format", "json").stdout)["state"] == "down"
 
 
-def _running_binaries(paths: set[str]) -> list[str]:
-    """The processes (``pid argv0``) of this machine, lab hosts included, started as one of
-    ``paths``."""
-    found = []
+def _listening_ports() -> set[int]:
+    """The TCP ports something listens on in this network namespace (IPv4 and IPv6)."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _descendants_running(roots: list[int], argv0s: set[str]) -> list[int]:
+    """The processes below ``roots`` whose ``argv[0]`` is one of ``argv0s``."""
+    parents, found = {}, []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
                 argv0 = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
             except OSError:
                 continue
-            if argv0 in paths:
-                found.append(f"{proc.name} {argv0}")
-    return found
+            parents[int(proc.name)] = int(stat[1])
+            if argv0 in argv0s:
+                found.append(int(proc.name))
+    below = []
+    for pid in found:
+        ancestor = pid
+        while ancestor in parents and ancestor not in roots:
+            ancestor = parents[ancestor]
+        if ancestor in roots:
+            below.append(pid)
+    return below
 
 
 def _running(pid: int) -> bool:
