@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.lab import network, procs
+from gpuprov.lab import hosts, network, procs
 from gpuprov.lab.controlplane import API_PORT
 from gpuprov.lab.device_plugin import PLUGIN
 from gpuprov.lab.kubelet import KUBELET
@@ -82,9 +82,7 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     assert [p for p in pids if p is not None and _running(p)] == []
     assert [p for p in node_parts if _running(p)] == []
     assert API_PORT not in _listening_ports()  # the API server's port is free again
-    assert [
-        line for line in Path("/proc/mounts").read_text().splitlines() if str(run.path) in line
-    ] == []
+    assert hosts.mounts_under(run.path) == []
     assert network.leftover_namespaces() == [] and network.leftover_veths() == []
     assert not network.bridge_exists()
     assert not run.path.exists()
