@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -135,11 +136,18 @@ class RunDir:
 
 
 def prune_cache(prefix: str, keep: Path) -> None:
-    """Delete the cached builds named ``<prefix>*`` other than ``keep`` (and their logs).
+    """Delete the cached builds named ``<prefix>*`` other than ``keep`` (and their logs), except
+    one that a mount uses.
 
-    Called right after a new build, when no lab runs (a machine has one lab at a time).
+    Called right after a new build. A build may still be in use then: a base is the lower
+    directory of every host overlay of a running lab, and a base is also built outside the lab
+    lock (tests/test_kubelet_in_container.py boots a host of its own), so deleting it would pull
+    the files from under that lab's hosts.
     """
+    in_use = Path("/proc/mounts").read_text()
     for path in CACHE.glob(prefix + "*"):
+        if re.search(re.escape(str(path)) + r"[,:/\s]", in_use):
+            continue
         if path != keep and path.name != keep.name + ".log":
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
