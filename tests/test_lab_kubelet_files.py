@@ -82,6 +82,18 @@ def test_install_enables_the_kubelet_unit_named_for_the_node_with_the_kernel_val
     assert json.loads((root / kubelet.CNI_CONFIG.lstrip("/")).read_text())["plugins"]
 
 
+def test_the_kubelet_unit_links_dev_kmsg_only_where_the_host_has_none():
+    # A host whose simulated driver keeps a kernel log has /dev/kmsg linked to it already.
+    pre = [line for line in kubelet.unit("n1").splitlines() if line.startswith("ExecStartPre=")]
+    assert pre == ["ExecStartPre=/bin/sh -c 'test -e /dev/kmsg || ln -s /dev/console /dev/kmsg'"]
+
+
+def test_configure_writes_everything_but_the_binary_which_the_host_gets_as_a_bind(tmp_path):
+    kubelet.configure(tmp_path / "root", "n1", _kubeconfig(tmp_path))
+    assert (tmp_path / "root" / kubelet.UNIT.lstrip("/")).is_file()
+    assert not (tmp_path / "root" / kubelet.KUBELET.lstrip("/")).exists()
+
+
 def test_device_plugin_unit_reads_gpuprovs_config_and_sees_the_mig_minors_under_proc(tmp_path):
     root = tmp_path / "root"
     (tmp_path / "plugin").write_bytes(b"\x7fELF")
