@@ -57,6 +57,14 @@ class UserLabUp(Exception):
     """A lab that a person started is up; the tests will not use or stop it."""
 
 
+def _refuse_a_users_lab(run_dir: RunDir) -> None:
+    if run_dir.read_state() is not None and not (run_dir.path / TEST_OWNED).exists():
+        raise UserLabUp(
+            f"a lab started outside the tests is up in {run_dir.path}; the lab tests need "
+            "their own and leave yours alone: run `gpuprov lab down` to run them"
+        )
+
+
 @dataclass
 class Lab:
     """A running lab: its hosts, run directory, inventory and SSH access."""
@@ -75,15 +83,19 @@ class Lab:
         """
         spec = spec or default_spec(hosts)
         run_dir = RunDir(default_dir())
+        _refuse_a_users_lab(run_dir)
         owner = run_dir.path / TEST_OWNED
-        if run_dir.read_state() is not None and not owner.exists():
-            raise UserLabUp(
-                f"a lab started outside the tests is up in {run_dir.path}; the lab tests need "
-                "their own and leave yours alone: run `gpuprov lab down` to run them"
-            )
         lifecycle.up(run_dir, spec, kube=kube)
         owner.touch()
         return cls(run_dir, spec)
+
+    @staticmethod
+    def make_way() -> None:
+        """Take down the lab an earlier test started, for a test that starts a lab of its own;
+        a lab a person started (its control plane included) stays, and ``UserLabUp`` says so."""
+        run_dir = RunDir(default_dir())
+        _refuse_a_users_lab(run_dir)
+        lifecycle.down(run_dir)
 
     def stop(self) -> None:
         """`gpuprov lab down`; fine if it is already down."""

@@ -18,9 +18,7 @@ import time
 
 import pytest
 
-from gpuprov.lab import lifecycle
-from gpuprov.lab.rundir import RunDir, default_dir
-from gpuprov.lab.testing import Lab
+from gpuprov.lab.testing import Lab, UserLabUp
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_down, pytest.mark.own_lab, pytest.mark.fleet]
 
@@ -33,7 +31,10 @@ BOUND = 120
 
 
 def test_a_cold_16_host_first_deploy_finishes_within_the_bound_three_times_in_a_row():
-    lifecycle.down(RunDir(default_dir()))  # the shared 3-host lab, if a test started it
+    try:
+        Lab.make_way()  # the shared lab a test started; never a lab a person started
+    except UserLabUp as e:
+        pytest.skip(str(e))
     took = []
     for _ in range(RUNS):
         fleet = Lab.start(hosts=FLEET, kube=False)
