@@ -135,7 +135,7 @@ def _kube_status(kube: dict | None) -> None:
         return
     click.echo(f"API server {kube['server']}, kubeconfig {kube['kubeconfig']}")
     if not kube["api"]:
-        click.echo(f"API server: {kube['error']}")
+        click.echo(f"nodes: {kube['error']}")
         return
     rows = [
         [

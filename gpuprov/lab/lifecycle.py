@@ -116,7 +116,8 @@ def status(run: RunDir) -> dict[str, Any]:
     kube = current.get("kube")
     if kube:
         kube = {**kube, **_cluster(run, kube, [h["name"] for h in current["hosts"]])}
-        ok = ok and kube["api"] and all(n["ready"] for n in kube["nodes"])
+        if kube["api"] is not None:
+            ok = ok and kube["api"] and all(n["ready"] for n in kube["nodes"])
     return {
         **current,
         "state": "up" if ok else "degraded",
@@ -129,8 +130,13 @@ def status(run: RunDir) -> dict[str, Any]:
 
 
 def _cluster(run: RunDir, kube: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    """The API server's view: ``api`` (it answered), ``nodes`` (one row per lab host, a host
-    with no Node shown as not ready), ``error`` (why it did not answer)."""
+    """The API server's view: ``api`` (it answered; None: not asked, the kubeconfig is not
+    readable here), ``nodes`` (one row per lab host, a host with no Node shown as not ready),
+    ``error`` (why it did not answer)."""
+    if not os.access(run.admin_kubeconfig, os.R_OK):
+        # The kubeconfig is root's (mode 0600): say so, and judge the lab without it.
+        reason = f"cannot read {run.admin_kubeconfig} (root's): run `sudo gpuprov lab status`"
+        return {"api": None, "error": reason, "nodes": []}
     try:
         listed = {n["name"]: n for n in controlplane.nodes(kube["kubectl"], run.admin_kubeconfig)}
     except LabError as e:
