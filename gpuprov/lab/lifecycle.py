@@ -205,22 +205,7 @@ def _start(
     network.add_bridge()
     services.start_repo_server(run, built.www)
     services.start_stuck_mirror(run)
-    parts = None
-    if binaries is not None:
-        plane_started = time.time()
-        plane = controlplane.ControlPlane(run.kube, GATEWAY)
-        plane.start(binaries)
-        # Where `gpuprov kube apply` puts the device plugin's ConfigMap; the chart makes it in a
-        # real cluster, and the lab's plugin runs as a systemd unit instead.
-        made = plane.kubectl("create", "namespace", manifests.DEFAULT_NAMESPACE)
-        if made.returncode != 0:
-            raise LabError(
-                f"creating namespace {manifests.DEFAULT_NAMESPACE}: {made.stderr.strip()}"
-            )
-        for host in spec:
-            plane.kubeconfig(run.node_kubeconfig(host.name), controlplane.node_identity(host.name))
-        parts = hosts.KubeParts(binaries["kubelet"], binaries[device_plugin.BUILD])
-        print(f"control plane up in {time.time() - plane_started:.1f} s", file=sys.stderr)
+    parts = _start_cluster(run, spec, binaries) if binaries is not None else None
     hosts.ensure_inotify(len(spec))
     for host in spec:
         hosts.start(run, host, base_dir, parts)
@@ -236,6 +221,23 @@ def _start(
         _wait_nodes_ready(run, document["kube"], [h.name for h in spec])
     print(f"lab up: {len(spec)} hosts in {time.time() - started:.1f} s", file=sys.stderr)
     return document
+
+
+def _start_cluster(run: RunDir, spec: list[LabHost], binaries: dict[str, Path]) -> hosts.KubeParts:
+    """etcd and the API server on the bridge, the namespace of the device plugin's ConfigMap,
+    a kubelet kubeconfig per host; what the hosts run of it."""
+    started = time.time()
+    plane = controlplane.ControlPlane(run.kube, GATEWAY)
+    plane.start(binaries)
+    # Where `gpuprov kube apply` puts the device plugin's ConfigMap; the chart makes it in a
+    # real cluster, and the lab's plugin runs as a systemd unit instead.
+    made = plane.kubectl("create", "namespace", manifests.DEFAULT_NAMESPACE)
+    if made.returncode != 0:
+        raise LabError(f"creating namespace {manifests.DEFAULT_NAMESPACE}: {made.stderr.strip()}")
+    for host in spec:
+        plane.kubeconfig(run.node_kubeconfig(host.name), controlplane.node_identity(host.name))
+    print(f"control plane up in {time.time() - started:.1f} s", file=sys.stderr)
+    return hosts.KubeParts(binaries["kubelet"], binaries[device_plugin.BUILD])
 
 
 def _wait_nodes_ready(run: RunDir, kube: dict[str, Any], names: list[str]) -> None:
