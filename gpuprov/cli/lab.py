@@ -88,6 +88,8 @@ def up(
     device_plugin: str | None,
 ) -> None:
     """Start the lab (idempotent); print its hosts and how to reach them."""
+    if no_kube and device_plugin:
+        raise click.UsageError("--device-plugin runs on the lab's nodes: not with --no-kube")
     _up(count, spec_file, containerd, kube=not no_kube, device_plugin=device_plugin)
 
 
