@@ -6,8 +6,9 @@ cores as the controller), so it carries the ``fleet`` mark too: ``-m "lab and no
 it out, ``-m fleet`` runs it alone. It takes the shared lab down first and runs last.
 
 The fleet runs without Kubernetes (``lab up --no-kube``): what is measured is the deploy of 16
-hosts at once over SSH, and 16 kubelets and device plugins (about 105 MB each, measured) and
-their housekeeping would share the same 2 cores and only measure the machine. With no API
+hosts at once over SSH; 16 kubelets and device plugins (about 100 MB RSS per host, 1.6 GB in
+all, and 270 MB for the API server, measured) and their housekeeping would share the same 2
+cores and memory with it, and the deploy would add a cordon, drain and uncordon per host. With no API
 server the deploy does no cordon or drain (group data ``kubeconfig`` is None); the cluster side
 is tested on the three-host lab (tests/lab/test_kube_node.py).
 """
