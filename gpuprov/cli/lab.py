@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,7 @@ INVENTORY = "inventories/lab.py"
 DEPLOY = "deploys/gpu_node.py"
 # The checkout that holds INVENTORY and DEPLOY: `demo` runs them from there, wherever it is called.
 CHECKOUT = Path(__file__).resolve().parents[2]
+DEMO_SETTLE = 60  # seconds: a plugin start (about 2 s) plus a few kubelet status reports
 
 
 @click.group()
@@ -162,41 +164,46 @@ def demo(count: int | None, spec_file: str | None) -> None:
     verify hosts and nodes (`--kubeconfig`), and say how to look around."""
     run = _up(count, spec_file)
     kube = (run.read_state() or {}).get("kube")
-    bindir = Path(sys.executable).parent
-    steps = [[str(bindir / "pyinfra"), "-y", INVENTORY, DEPLOY]]
+    env = controlplane.env_with_kubectl(kube and kube["kubectl"])
+    gpuprov = str(Path(sys.executable).parent / "gpuprov")
+    _demo_step([str(Path(sys.executable).parent / "pyinfra"), "-y", INVENTORY, DEPLOY], env)
+    verify = [gpuprov, "verify", INVENTORY]
     if kube:
+        kubeconfig = ["--kubeconfig", kube["kubeconfig"]]
         # The node labels, taints and ConfigMap that verify checks through the API server.
-        steps.append(
-            [
-                str(bindir / "gpuprov"),
-                "kube",
-                "apply",
-                INVENTORY,
-                "--kubeconfig",
-                kube["kubeconfig"],
-            ]
-        )
-        steps.append(
-            [str(bindir / "gpuprov"), "verify", INVENTORY, "--kubeconfig", kube["kubeconfig"]]
-        )
-    else:
-        steps.append([str(bindir / "gpuprov"), "verify", INVENTORY])
-    for argv in steps:
-        click.echo(f"\n$ {' '.join(argv)}", err=True)
-        if (
-            subprocess.run(
-                argv, cwd=CHECKOUT, env=controlplane.env_with_kubectl(kube and kube["kubectl"])
-            ).returncode
-            != 0
-        ):
-            click.echo(
-                f"error: `{' '.join(argv)}` failed; the lab is still up "
-                "(`gpuprov lab down` ends it)",
-                err=True,
-            )
-            sys.exit(1)
+        _demo_step([gpuprov, "kube", "apply", INVENTORY, *kubeconfig], env)
+        verify += kubeconfig
+        _wait_advertised(verify, env)
+    _demo_step(verify, env)
     click.echo(f"\nLook around:  ssh -F {run.ssh_config} 10.200.0.11   (or a host name above)")
     click.echo("Take it down: sudo gpuprov lab down")
+
+
+def _demo_step(argv: list[str], env: dict[str, str]) -> None:
+    click.echo(f"\n$ {' '.join(argv)}", err=True)
+    if subprocess.run(argv, cwd=CHECKOUT, env=env).returncode != 0:
+        click.echo(
+            f"error: `{' '.join(argv)}` failed; the lab is still up (`gpuprov lab down` ends it)",
+            err=True,
+        )
+        sys.exit(1)
+
+
+def _wait_advertised(verify: list[str], env: dict[str, str]) -> None:
+    """Give the nodes time to advertise what the deploy changed before the verify that is
+    shown: each device plugin starts once its driver is there, and a kubelet reports its node's
+    status every 10 s. Quiet runs of the same verify, up to ``DEMO_SETTLE`` seconds."""
+    click.echo(
+        f"\n(waiting up to {DEMO_SETTLE} s for the nodes to report what they advertise)", err=True
+    )
+    deadline = time.monotonic() + DEMO_SETTLE
+    while time.monotonic() < deadline:
+        quiet = subprocess.run(
+            [*verify, "--format", "json"], cwd=CHECKOUT, env=env, capture_output=True
+        )
+        if quiet.returncode == 0:
+            return
+        time.sleep(3)
 
 
 def _up(
