@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -82,10 +83,26 @@ def test_install_enables_the_kubelet_unit_named_for_the_node_with_the_kernel_val
     assert json.loads((root / kubelet.CNI_CONFIG.lstrip("/")).read_text())["plugins"]
 
 
-def test_the_kubelet_unit_links_dev_kmsg_only_where_the_host_has_none():
-    # A host whose simulated driver keeps a kernel log has /dev/kmsg linked to it already.
+def _kmsg_step(tmp_path: Path) -> list[str]:
+    """The unit's /dev/kmsg step as a command, pointed at ``tmp_path/kmsg`` instead."""
     pre = [line for line in kubelet.unit("n1").splitlines() if line.startswith("ExecStartPre=")]
-    assert pre == ["ExecStartPre=/bin/sh -c 'test -e /dev/kmsg || ln -s /dev/console /dev/kmsg'"]
+    assert len(pre) == 1 and "/dev/kmsg" in pre[0], pre
+    return shlex.split(
+        pre[0].removeprefix("ExecStartPre=").replace("/dev/kmsg", str(tmp_path / "kmsg"))
+    )
+
+
+def test_the_kubelet_unit_links_dev_kmsg_to_the_console_where_the_host_has_none(tmp_path):
+    subprocess.run(_kmsg_step(tmp_path), check=True, timeout=10)
+    assert os.readlink(tmp_path / "kmsg") == "/dev/console"
+
+
+def test_the_kubelet_unit_keeps_a_dev_kmsg_the_host_has(tmp_path):
+    # A host whose simulated driver keeps a kernel log has /dev/kmsg linked to that log.
+    (tmp_path / "kernel.log").write_text("")
+    (tmp_path / "kmsg").symlink_to(tmp_path / "kernel.log")
+    subprocess.run(_kmsg_step(tmp_path), check=True, timeout=10)
+    assert os.readlink(tmp_path / "kmsg") == str(tmp_path / "kernel.log")
 
 
 def test_configure_writes_everything_but_the_binary_which_the_host_gets_as_a_bind(tmp_path):

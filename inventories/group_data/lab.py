@@ -29,3 +29,7 @@ device_plugin_reload_command = "systemctl reload nvidia-device-plugin.service"
 # disruptive change (a driver or MIG mode change) and uncordons it after. None with
 # `gpuprov lab up --no-kube` or no lab up. kubectl must be on PATH (`lab up` prints how).
 kubeconfig = lab.kubeconfig()
+
+# What the kubelet registered from the device plugin is checked on each host by `gpuprov verify`;
+# with `gpuprov lab up --no-kube` no kubelet runs, so there is nothing to check.
+verify_kubelet_devices = lab.kubeconfig() is not None
