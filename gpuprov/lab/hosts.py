@@ -44,15 +44,15 @@ class KubeParts:
 
 
 # With `gpuprov lab up --no-kube` there is no cluster: these units stand where the kubelet's and
-# the plugin's are, running nothing, so the deploy's `restart kubelet` and the plugin's reload
-# (what the deploy does, not what follows) still find a unit.
+# the plugin's are, running only `sleep`, so the deploy's `restart kubelet` and the plugin's
+# reload (what the deploy does, not what follows) still find a running unit. A plain long-running
+# service, as the real ones are: a oneshot unit's restart failed once in 64 first deploys of 16
+# hosts at once (not reproduced by hand).
 _NO_KUBE_UNIT = """[Unit]
 Description={what} (none: `gpuprov lab up --no-kube`)
 
 [Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart=/bin/true
+ExecStart=/bin/sleep infinity
 ExecReload=/bin/true
 
 [Install]
