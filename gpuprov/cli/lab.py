@@ -70,7 +70,7 @@ def lab() -> None:
     "no_kube",
     is_flag=True,
     help="No Kubernetes: no control plane, and the hosts' kubelet and device plugin units run "
-    "nothing (saves about 100 MB and some CPU per host).",
+    "only `sleep` (saves about 100 MB and some CPU per host).",
 )
 @click.option(
     "--device-plugin",
