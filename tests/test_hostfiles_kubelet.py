@@ -3,8 +3,6 @@ the deploy writes passes verify's check, and one changed field is exactly one fi
 
 from __future__ import annotations
 
-from importlib.resources import files as package_files
-
 import pytest
 from plans import plan_for
 
@@ -14,8 +12,27 @@ MAIN = "/var/lib/kubelet/config.yaml"
 DROP_INS = "/etc/kubernetes/kubelet.conf.d"
 OTHER_MAIN = "/opt/k8s/kubelet/config.yaml"
 OTHER_DROP_INS = "/opt/k8s/kubelet/conf.d"
-# A kubeadm-style main config (the lab's), maxPods 110.
-KUBEADM = package_files("gpuprov.lab").joinpath("node/kubelet-config.yaml").read_text()
+# A kubeadm-style main config (as `kubeadm join` writes it), maxPods 110.
+KUBEADM = """apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+maxPods: 110
+rotateCertificates: true
+staticPodPath: /etc/kubernetes/manifests
+"""
 
 VARIANTS = {
     "drop-in": {"kubelet_config_dir": DROP_INS},

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -79,6 +83,34 @@ def test_install_enables_the_kubelet_unit_named_for_the_node_with_the_kernel_val
     assert json.loads((root / kubelet.CNI_CONFIG.lstrip("/")).read_text())["plugins"]
 
 
+def _kmsg_step(tmp_path: Path) -> list[str]:
+    """The unit's /dev/kmsg step as a command, pointed at ``tmp_path/kmsg`` instead."""
+    pre = [line for line in kubelet.unit("n1").splitlines() if line.startswith("ExecStartPre=")]
+    assert len(pre) == 1 and "/dev/kmsg" in pre[0], pre
+    return shlex.split(
+        pre[0].removeprefix("ExecStartPre=").replace("/dev/kmsg", str(tmp_path / "kmsg"))
+    )
+
+
+def test_the_kubelet_unit_links_dev_kmsg_to_the_console_where_the_host_has_none(tmp_path):
+    subprocess.run(_kmsg_step(tmp_path), check=True, timeout=10)
+    assert os.readlink(tmp_path / "kmsg") == "/dev/console"
+
+
+def test_the_kubelet_unit_keeps_a_dev_kmsg_the_host_has(tmp_path):
+    # A host whose simulated driver keeps a kernel log has /dev/kmsg linked to that log.
+    (tmp_path / "kernel.log").write_text("")
+    (tmp_path / "kmsg").symlink_to(tmp_path / "kernel.log")
+    subprocess.run(_kmsg_step(tmp_path), check=True, timeout=10)
+    assert os.readlink(tmp_path / "kmsg") == str(tmp_path / "kernel.log")
+
+
+def test_configure_writes_everything_but_the_binary_which_the_host_gets_as_a_bind(tmp_path):
+    kubelet.configure(tmp_path / "root", "n1", _kubeconfig(tmp_path))
+    assert (tmp_path / "root" / kubelet.UNIT.lstrip("/")).is_file()
+    assert not (tmp_path / "root" / kubelet.KUBELET.lstrip("/")).exists()
+
+
 def test_device_plugin_unit_reads_gpuprovs_config_and_sees_the_mig_minors_under_proc(tmp_path):
     root = tmp_path / "root"
     (tmp_path / "plugin").write_bytes(b"\x7fELF")
@@ -87,7 +119,10 @@ def test_device_plugin_unit_reads_gpuprovs_config_and_sees_the_mig_minors_under_
         root, tmp_path / "plugin", tmp_path / "libnvidia-ml.so.1", "config 1\nmonitor 2\n"
     )
     unit = (root / device_plugin.UNIT.lstrip("/")).read_text()
-    assert f"--config-file={DEVICE_PLUGIN_CONFIG_PATH}" in unit
+    assert f"ExecStart={device_plugin.LAUNCHER} start\n" in unit
+    launcher = (root / device_plugin.LAUNCHER.lstrip("/")).read_text()
+    assert f"--config-file={DEVICE_PLUGIN_CONFIG_PATH}" in launcher
+    assert f"Environment=LD_LIBRARY_PATH={device_plugin.LIBRARY_DIR}\n" in unit
     assert f"BindReadOnlyPaths={device_plugin.CAPS_DIR}:/proc/driver/nvidia-caps\n" in unit
     caps = root / device_plugin.CAPS_DIR.lstrip("/") / "mig-minors"
     assert caps.read_text() == "config 1\nmonitor 2\n"
@@ -95,6 +130,49 @@ def test_device_plugin_unit_reads_gpuprovs_config_and_sees_the_mig_minors_under_
     assert library.is_file()
     link = root / "etc/systemd/system/multi-user.target.wants/nvidia-device-plugin.service"
     assert os.readlink(link) == device_plugin.UNIT
+
+
+def test_a_lab_host_plugin_takes_nvml_from_the_driver_package_and_waits_for_it(tmp_path):
+    device_plugin.configure(tmp_path, "config 1\n")
+    unit = (tmp_path / device_plugin.UNIT.lstrip("/")).read_text()
+    assert "LD_LIBRARY_PATH" not in unit
+    assert "Environment=FAIL_ON_INIT_ERROR=false\n" in unit
+    assert not (tmp_path / device_plugin.PLUGIN.lstrip("/")).exists()  # bound by nspawn
+
+
+def _reload_signal(tmp_path: Path, *argv: str) -> int:
+    """The signal the launcher's reload sends a process started as ``argv`` (on this machine,
+    where the plugin's config file does not exist)."""
+    assert not Path(DEVICE_PLUGIN_CONFIG_PATH).exists()
+    script = tmp_path / "launcher.sh"
+    script.write_text(device_plugin.launcher())
+    received = tmp_path / "signal"
+    catcher = (
+        "import signal, sys, time\n"
+        f"def got(n, _): open({str(received)!r}, 'w').write(str(n)); sys.exit(0)\n"
+        "signal.signal(signal.SIGHUP, got); signal.signal(signal.SIGTERM, got)\n"
+        "print('ready', flush=True); time.sleep(30)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", catcher, *argv], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout.readline() == "ready\n"
+        subprocess.run(["sh", str(script), "reload", str(process.pid)], check=True, timeout=10)
+        process.wait(timeout=10)
+    finally:
+        process.kill()
+    return int(received.read_text())
+
+
+def test_reload_sends_sighup_when_the_config_file_is_as_at_the_start(tmp_path):
+    assert _reload_signal(tmp_path) == signal.SIGHUP
+
+
+def test_reload_ends_the_plugin_when_its_config_file_went_since_the_start(tmp_path):
+    # SIGHUP would make it re-read a file that is gone; systemd starts it again without.
+    given = f"--config-file={DEVICE_PLUGIN_CONFIG_PATH}"
+    assert _reload_signal(tmp_path, given) == signal.SIGTERM
 
 
 def test_config_manager_gets_the_configmap_data_as_files_and_runs_before_and_beside_the_plugin(

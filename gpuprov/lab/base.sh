@@ -1,9 +1,10 @@
 #!/bin/bash
 # base.sh DIR MIRROR NODE_FILES: build the lab's read-only base rootfs at DIR (atomically).
 #
-# Debian bookworm minbase + systemd, sshd, python3, containerd and the stand-ins for the parts a
-# Kubernetes GPU node already has before gpuprov runs (kubelet, nvidia-device-plugin), all from
-# NODE_FILES. Every lab host is an overlay on top of this directory.
+# Debian bookworm minbase + systemd, sshd, python3, containerd, the kubeadm-style containerd config
+# and the lspci of the simulated PCI bus, from NODE_FILES. Every lab host is an overlay on top of
+# this directory. The kubelet and NVIDIA's device plugin are not in it: each host gets the real
+# ones (read-only binds of the cached builds) and their units at `up` (gpuprov/lab/hosts.py).
 #
 #   bash gpuprov/lab/base.sh /var/tmp/gpuprov-lab-base-1a2b3c4d http://deb.debian.org gpuprov/lab/node
 set -euo pipefail
@@ -31,16 +32,10 @@ rm -f "$TMP/etc/apt/sources.list" "$TMP"/etc/apt/sources.list.d/*
 printf 'Acquire::Languages "none";\nDir::Cache::srcpkgcache "";\n' \
   > "$TMP/etc/apt/apt.conf.d/02gpuprov-lab-slim"
 
-# The node parts a Kubernetes GPU node already has.
-install -m755 "$NODE/kubelet" "$TMP/usr/bin/kubelet"
-install -m755 "$NODE/nvidia-device-plugin" "$TMP/usr/bin/nvidia-device-plugin"
 install -m755 "$NODE/lspci" "$TMP/usr/local/bin/lspci"   # lists the per-host simulated PCI bus
-install -m644 "$NODE/kubelet.service" "$NODE/nvidia-device-plugin.service" \
-  "$TMP/etc/systemd/system/"
 install -d "$TMP/var/lib/kubelet" "$TMP/etc/kubernetes/kubelet.conf.d" "$TMP/etc/nvidia/device-plugin"
-install -m644 "$NODE/kubelet-config.yaml" "$TMP/var/lib/kubelet/config.yaml"
 install -m644 "$NODE/containerd-config.toml" "$TMP/etc/containerd/config.toml"  # kubeadm-style
-systemctl --root="$TMP" --quiet enable kubelet.service nvidia-device-plugin.service containerd.service
+systemctl --root="$TMP" --quiet enable containerd.service
 # Units that cannot work in a container (no udev, no kernel modules) would mark hosts degraded.
 systemctl --root="$TMP" --quiet mask systemd-udevd.service systemd-modules-load.service \
   2>/dev/null || true

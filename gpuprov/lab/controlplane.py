@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import os
 import socket
 import ssl
 import subprocess
@@ -129,11 +130,10 @@ class ControlPlane:
         self._wait_ready(timeout)
 
     def stop(self) -> None:
-        procs.stop(self.dir / "apiserver.pid")
-        procs.stop(self.dir / "etcd.pid")
+        stop(self.dir)
 
     def running(self) -> bool:
-        return procs.alive(self.dir / "apiserver.pid") and procs.alive(self.dir / "etcd.pid")
+        return running(self.dir)
 
     def kubeconfig(self, path: Path, identity: Identity) -> Path:
         """Write a kubeconfig for ``identity`` (a client certificate signed by the lab CA)."""
@@ -263,6 +263,65 @@ class ControlPlane:
             _write(key_path, _private(key))
             _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
         return str(cert_path), str(key_path)
+
+
+def stop(directory: Path) -> None:
+    """End the API server, then etcd, of the control plane in ``directory`` (fine when down)."""
+    procs.stop(directory / "apiserver.pid")
+    procs.stop(directory / "etcd.pid")
+
+
+def running(directory: Path) -> bool:
+    """Both processes of the control plane in ``directory`` are alive."""
+    return procs.alive(directory / "apiserver.pid") and procs.alive(directory / "etcd.pid")
+
+
+def nodes(kubectl: str, kubeconfig: Path, timeout: float = 20.0) -> list[dict]:
+    """The Nodes as the API server shows them: name, Ready, and the allocatable GPU resources
+    (``nvidia.com/*``) and pods. Raises LabError with kubectl's words when it cannot list them.
+
+    >>> _node_row({"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "2", "pods":
+    ...     "110", "nvidia.com/gpu": "4"}, "conditions": [{"type": "Ready", "status": "True"}]}})
+    {'name': 'n', 'ready': True, 'allocatable': {'nvidia.com/gpu': '4', 'pods': '110'}}
+    """
+    try:
+        result = subprocess.run(
+            [kubectl, f"--kubeconfig={kubeconfig}", "get", "nodes", "-o", "json"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise LabError(f"kubectl get nodes: {e}") from None
+    if result.returncode != 0:
+        raise LabError(f"kubectl get nodes: {result.stderr.strip()}")
+    return [_node_row(item) for item in json.loads(result.stdout)["items"]]
+
+
+def env_with_kubectl(kubectl: str | None) -> dict[str, str]:
+    """This process's environment with ``kubectl``'s directory first on PATH: gpuprov's deploy
+    (cordon and drain) and ``verify --kubeconfig`` run `kubectl` by name, and the lab's is the
+    API server's own version.
+
+    >>> env_with_kubectl("/opt/k/kubectl")["PATH"].startswith("/opt/k:")
+    True
+    """
+    env = dict(os.environ)
+    if kubectl:
+        env["PATH"] = f"{Path(kubectl).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _node_row(item: dict) -> dict:
+    status = item.get("status", {})
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
+    )
+    allocatable = status.get("allocatable", {})
+    shown = {
+        k: v for k, v in sorted(allocatable.items()) if k.startswith("nvidia.com/") or k == "pods"
+    }
+    return {"name": item["metadata"]["name"], "ready": ready, "allocatable": shown}
 
 
 def _free_port(address: str) -> int:

@@ -1,11 +1,16 @@
 """One lab host: an overlay on the base, its own network namespace, systemd booted by nspawn.
 
 ``start`` mounts the host's overlay, writes what makes it this host (name, addresses, SSH keys,
-simulated hardware) and boots it through ``launcher.sh``; ``stop`` powers it off cleanly and
-kills whatever is left, by pid, before unmounting.
+simulated hardware, its kubelet and device plugin units) and boots it through ``launcher.sh``;
+``stop`` powers it off cleanly and kills whatever is left, by pid, before unmounting.
+
+The real kubelet and NVIDIA's device plugin are read-only binds of the controller's cached
+binaries (``--bind-ro``): 84 MB and 21 MB that no host copies into its overlay.
 
 >>> nspawn_argv(RunDir(Path("/tmp/gpuprov-lab")).host("lab-a100-01"), "lab-a100-01", 1)[:3]
 ['systemd-nspawn', '--quiet', '--directory=/tmp/gpuprov-lab/hosts/lab-a100-01/root']
+>>> nspawn_argv(HostDir(Path("/h")), "h", 1, KubeParts(Path("/c/kubelet"), Path("/c/dp")))[-2:]
+['--bind-ro=/c/kubelet:/usr/bin/kubelet', '--bind-ro=/c/dp:/usr/bin/nvidia-device-plugin']
 """
 
 from __future__ import annotations
@@ -13,15 +18,46 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
-from gpuprov.lab import hardware, network, procs
+from gpuprov.lab import device_plugin, hardware, kubelet, network, procs
 from gpuprov.lab import ssh as ssh_
 from gpuprov.lab.errors import LabError
 from gpuprov.lab.rundir import HostDir, RunDir
 from gpuprov.lab.spec import LabHost
+from gpuprov.sim.caps import mig_minors
 
 LAUNCHER = Path(__file__).with_name("launcher.sh")
+
+
+@dataclass(frozen=True)
+class KubeParts:
+    """The controller's binaries every host runs, bound read-only into it."""
+
+    kubelet: Path
+    device_plugin: Path
+
+    def binds(self) -> dict[str, str]:
+        """Host path -> controller path."""
+        return {kubelet.KUBELET: str(self.kubelet), device_plugin.PLUGIN: str(self.device_plugin)}
+
+
+# With `gpuprov lab up --no-kube` there is no cluster: these units stand where the kubelet's and
+# the plugin's are, running only `sleep`, so the deploy's `restart kubelet` and the plugin's
+# reload (what the deploy does, not what follows) still find a running unit. A plain long-running
+# service, as the real ones are: a oneshot unit's restart failed once in 64 first deploys of 16
+# hosts at once (not reproduced by hand).
+_NO_KUBE_UNIT = """[Unit]
+Description={what} (none: `gpuprov lab up --no-kube`)
+
+[Service]
+ExecStart=/bin/sleep infinity
+ExecReload=/bin/true
+
+[Install]
+WantedBy=multi-user.target
+"""
 
 
 # systemd in every booted host draws inotify instances from root's single machine-wide pool
@@ -38,8 +74,12 @@ def ensure_inotify(count: int) -> None:
         INOTIFY_INSTANCES.write_text(f"{wanted}\n")
 
 
-def start(run: RunDir, host: LabHost, base: Path) -> None:
-    """Create, configure and boot ``host``; returns once systemd-nspawn runs (not yet SSH)."""
+def start(run: RunDir, host: LabHost, base: Path, kube: KubeParts | None) -> None:
+    """Create, configure and boot ``host``; returns once systemd-nspawn runs (not yet SSH).
+
+    ``kube``: the kubelet and device plugin it runs, its kubelet's kubeconfig already made in
+    ``run.node_kubeconfig(host.name)``; None for a lab without Kubernetes.
+    """
     hd = run.host(host.name)
     for d in (hd.upper, hd.work, hd.root):
         d.mkdir(parents=True, exist_ok=True)
@@ -56,8 +96,16 @@ def start(run: RunDir, host: LabHost, base: Path) -> None:
     hardware.install(host, root)
     if host.containerd:
         install_containerd(root, Path(host.containerd))
+    if kube is None:
+        for unit, what in ((kubelet.UNIT, "kubelet"), (device_plugin.UNIT, "device plugin")):
+            kubelet.put(root, unit, _NO_KUBE_UNIT.format(what=what).encode())
+            kubelet.enable(root, unit)
+    else:
+        kubelet.configure(root, host.name, run.node_kubeconfig(host.name))
+        device_plugin.configure(root, mig_minors(host.count))
+    argv = nspawn_argv(hd, host.name, host.index, kube)
     procs.start(
-        ["bash", str(LAUNCHER), str(hd.nspawn_pid), *nspawn_argv(hd, host.name, host.index)],
+        ["bash", str(LAUNCHER), str(hd.nspawn_pid), *argv],
         hd.launcher_pid,
         log=hd.console,
     )
@@ -75,9 +123,10 @@ def install_containerd(root: Path, binary: Path) -> None:
     unit.write_text("[Service]\nExecStart=\nExecStart=/usr/local/bin/containerd\n")
 
 
-def nspawn_argv(hd: HostDir, name: str, index: int) -> list[str]:
+def nspawn_argv(hd: HostDir, name: str, index: int, kube: KubeParts | None = None) -> list[str]:
     # --register=no and --keep-unit: the machine's PID 1 need not be systemd (no machined, no
     # system bus); --resolv-conf=off keeps the base's resolv.conf that points at nothing.
+    binds = kube.binds() if kube else {}
     return [
         "systemd-nspawn",
         "--quiet",
@@ -89,6 +138,7 @@ def nspawn_argv(hd: HostDir, name: str, index: int) -> list[str]:
         "--keep-unit",
         "--resolv-conf=off",
         "--console=passive",
+        *(f"--bind-ro={source}:{target}" for target, source in binds.items()),
     ]
 
 

@@ -63,6 +63,14 @@ def balanced_layout(model: str) -> dict[str, int]:
     return layout
 
 
+def kubeconfig() -> str | None:
+    """The running lab's admin kubeconfig, for the deploy's cordon and drain (group data
+    ``kubeconfig``); None without a lab or with one started ``--no-kube``."""
+    state = RunDir(default_dir()).read_state()
+    kube = state.get("kube") if state else None
+    return kube["kubeconfig"] if kube else None
+
+
 def ssh_key() -> str:
     return str(RunDir(default_dir()).key)
 

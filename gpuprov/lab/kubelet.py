@@ -24,7 +24,7 @@ import yaml
 
 from gpuprov.contract import CONTAINERD_UNIT, KERNEL_LOG_PATH, KUBELET_CONFIG_PATH, KUBELET_UNIT
 
-KUBELET = "/usr/bin/kubelet"  # where the base's stand-in sits: its enabled unit points there
+KUBELET = "/usr/bin/kubelet"
 KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"
 CONFIG_DIR = "/etc/kubernetes/kubelet.conf.d"  # gpuprov's drop-in goes here (kubelet_config_dir)
 UNIT = f"/etc/systemd/system/{KUBELET_UNIT}"
@@ -173,6 +173,15 @@ def install(
     (``ControlPlane.kubeconfig(path, node_identity(node))``).
     """
     put(root, KUBELET, kubelet.read_bytes(), mode=0o755)
+    configure(root, node, kubeconfig, port=port, healthz_port=healthz_port)
+
+
+def configure(
+    root: Path, node: str, kubeconfig: Path, *, port: int = 10250, healthz_port: int = 10248
+) -> None:
+    """Everything of ``install`` but the binary: for a host that gets ``KUBELET`` as a read-only
+    bind (``systemd-nspawn --bind-ro``, as lab hosts do), so an 84 MB binary is not copied into
+    every host."""
     put(root, KUBECONFIG, json.dumps(self_contained(kubeconfig)).encode(), mode=0o600)
     put(
         root,

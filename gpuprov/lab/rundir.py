@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,6 +93,20 @@ class RunDir:
     def repo_pid(self) -> Path:
         return self.path / "repo-http.pid"
 
+    @property
+    def kube(self) -> Path:
+        """The control plane's directory: certificates, etcd's data, pid files and logs."""
+        return self.path / "kube"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        """The lab cluster's admin kubeconfig (``ControlPlane.admin_kubeconfig``)."""
+        return self.kube / "admin.kubeconfig"
+
+    def node_kubeconfig(self, name: str) -> Path:
+        """Where the controller keeps host ``name``'s kubelet kubeconfig (embedded in the host)."""
+        return self.kube / f"node-{name}.kubeconfig"
+
     def host(self, name: str) -> HostDir:
         return HostDir(self.path / "hosts" / name)
 
@@ -100,8 +115,9 @@ class RunDir:
         return [HostDir(p) for p in sorted(hosts.iterdir())] if hosts.is_dir() else []
 
     def pidfiles(self) -> list[Path]:
-        """Every pid file of this run: services and each host's launcher and nspawn."""
-        files = [self.stuck_pid, self.repo_pid]
+        """Every pid file of this run: services, the control plane and each host's launcher and
+        nspawn."""
+        files = [self.stuck_pid, self.repo_pid, self.kube / "etcd.pid", self.kube / "apiserver.pid"]
         for host in self.host_dirs():
             files += [host.launcher_pid, host.nspawn_pid]
         return [f for f in files if f.exists()]
@@ -120,11 +136,18 @@ class RunDir:
 
 
 def prune_cache(prefix: str, keep: Path) -> None:
-    """Delete the cached builds named ``<prefix>*`` other than ``keep`` (and their logs).
+    """Delete the cached builds named ``<prefix>*`` other than ``keep`` (and their logs), except
+    one that a mount uses.
 
-    Called right after a new build, when no lab runs (a machine has one lab at a time).
+    Called right after a new build. A build may still be in use then: a base is the lower
+    directory of every host overlay of a running lab, and a base is also built outside the lab
+    lock (tests/test_kubelet_in_container.py boots a host of its own), so deleting it would pull
+    the files from under that lab's hosts.
     """
+    in_use = Path("/proc/mounts").read_text()
     for path in CACHE.glob(prefix + "*"):
+        if re.search(re.escape(str(path)) + r"[,:/\s]", in_use):
+            continue
         if path != keep and path.name != keep.name + ".log":
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)

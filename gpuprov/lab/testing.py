@@ -8,6 +8,8 @@ can do the same. Hosts are addressed by name (``lab-h100-01``) through the run's
     lab.testinfra("lab-h100-01").service("kubelet").is_running
     lab.deploy()                            # pyinfra -y inventories/lab.py deploys/gpu_node.py
     lab.verify().returncode                 # gpuprov verify inventories/lab.py
+    lab.verify(None, "--kubeconfig", str(lab.kubeconfig)).returncode
+    lab.kubectl("get", "nodes").stdout      # the lab's kubectl, admin kubeconfig
     lab.stop()
 """
 
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.contract import AGENT_PATH
-from gpuprov.lab import lifecycle, network, ssh
+from gpuprov.lab import controlplane, lifecycle, network, ssh
 from gpuprov.lab.rundir import RunDir, default_dir
 from gpuprov.lab.spec import LabHost, default_spec
 
@@ -55,6 +57,14 @@ class UserLabUp(Exception):
     """A lab that a person started is up; the tests will not use or stop it."""
 
 
+def _refuse_a_users_lab(run_dir: RunDir) -> None:
+    if run_dir.read_state() is not None and not (run_dir.path / TEST_OWNED).exists():
+        raise UserLabUp(
+            f"a lab started outside the tests is up in {run_dir.path}; the lab tests need "
+            "their own and leave yours alone: run `gpuprov lab down` to run them"
+        )
+
+
 @dataclass
 class Lab:
     """A running lab: its hosts, run directory, inventory and SSH access."""
@@ -64,24 +74,28 @@ class Lab:
     _testinfra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def start(cls, hosts: int = 3, spec: list[LabHost] | None = None) -> Lab:
-        """`gpuprov lab up --hosts N` (or of ``spec``), reusing a lab that an earlier test
-        session left.
+    def start(cls, hosts: int = 3, spec: list[LabHost] | None = None, kube: bool = True) -> Lab:
+        """`gpuprov lab up --hosts N` (or of ``spec``; ``kube=False``: ``--no-kube``), reusing a
+        lab that an earlier test session left.
 
         A lab that a person started (`gpuprov lab up` or `lab demo`) is theirs: the tests neither
         reuse it (it may be deployed already) nor take it down; ``UserLabUp`` says so instead.
         """
         spec = spec or default_spec(hosts)
         run_dir = RunDir(default_dir())
+        _refuse_a_users_lab(run_dir)
         owner = run_dir.path / TEST_OWNED
-        if run_dir.read_state() is not None and not owner.exists():
-            raise UserLabUp(
-                f"a lab started outside the tests is up in {run_dir.path}; the lab tests need "
-                "their own and leave yours alone: run `gpuprov lab down` to run them"
-            )
-        lifecycle.up(run_dir, spec)
+        lifecycle.up(run_dir, spec, kube=kube)
         owner.touch()
         return cls(run_dir, spec)
+
+    @staticmethod
+    def make_way() -> None:
+        """Take down the lab an earlier test started, for a test that starts a lab of its own;
+        a lab a person started (its control plane included) stays, and ``UserLabUp`` says so."""
+        run_dir = RunDir(default_dir())
+        _refuse_a_users_lab(run_dir)
+        lifecycle.down(run_dir)
 
     def stop(self) -> None:
         """`gpuprov lab down`; fine if it is already down."""
@@ -101,6 +115,55 @@ class Lab:
     @property
     def ssh_config(self) -> Path:
         return self.run_dir.ssh_config
+
+    @property
+    def kube(self) -> dict[str, Any] | None:
+        """The lab's cluster (server, kubeconfig, kubectl) as ``lab.json`` records it."""
+        state = self.run_dir.read_state()
+        return state.get("kube") if state else None
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (the lab runs Kubernetes, or this fails)."""
+        assert self.kube, "this lab runs without Kubernetes (`lab up --no-kube`)"
+        return Path(self.kube["kubeconfig"])
+
+    def kubectl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """The lab's kubectl with the admin kubeconfig (not checked)."""
+        assert self.kube, "this lab runs without Kubernetes (`lab up --no-kube`)"
+        return subprocess.run(
+            [self.kube["kubectl"], f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        """Node name -> ``{"ready", "allocatable"}`` as the API server shows it now."""
+        assert self.kube, "this lab runs without Kubernetes (`lab up --no-kube`)"
+        rows = controlplane.nodes(self.kube["kubectl"], self.kubeconfig)
+        return {row["name"]: row for row in rows}
+
+    def wait_nodes(
+        self, predicate, timeout: float = 60, what: str = "the nodes"
+    ) -> dict[str, dict[str, Any]]:
+        """Poll ``nodes()`` until ``predicate(nodes)`` holds; fail with the last view after
+        ``timeout`` seconds (the kubelet reports its status every 10 s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = self.nodes()
+            if predicate(nodes):
+                return nodes
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{what}: not so after {timeout:.0f} s; the API server shows {nodes}"
+                )
+            time.sleep(1)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment for gpuprov and pyinfra, the lab's kubectl first on PATH."""
+        return controlplane.env_with_kubectl(self.kube and self.kube["kubectl"])
 
     @property
     def inventory(self) -> Path:
@@ -136,6 +199,7 @@ class Lab:
             capture_output=True,
             text=True,
             timeout=900,
+            env=self.env,
         )
         if check and result.returncode != 0:
             raise AssertionError(
@@ -146,6 +210,14 @@ class Lab:
     def verify(self, inventory: Path | None = None, *args: str) -> subprocess.CompletedProcess:
         """``gpuprov verify INVENTORY [ARGS]`` (not checked: the exit code is the answer)."""
         return self._gpuprov("verify", str(inventory or self.inventory), *args)
+
+    def kube_apply(self, inventory: Path | None = None) -> None:
+        """``gpuprov kube apply INVENTORY --kubeconfig K``: the node labels and taints and the
+        device plugin ConfigMap that ``verify --kubeconfig`` checks besides the allocatable."""
+        result = self._gpuprov(
+            "kube", "apply", str(inventory or self.inventory), "--kubeconfig", str(self.kubeconfig)
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
 
     def verify_status(self, inventory: Path | None = None) -> dict[str, str]:
         """Host name -> ``ok``, ``drift`` or ``unreachable``, as ``gpuprov verify`` sees it."""
@@ -213,6 +285,7 @@ class Lab:
             capture_output=True,
             text=True,
             timeout=300,
+            env=self.env,
         )
 
     def testinfra(self, host: str) -> Any:

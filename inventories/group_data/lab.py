@@ -20,6 +20,16 @@ container_toolkit_version = "1.17.8-1"
 container_toolkit_repo_url = repo_url("libnvidia-container")
 container_toolkit_repo_key = lab.repo_key()
 
-# The lab's kubelet runs with --config-dir; its device plugin is a systemd service.
+# The lab's kubelet (the real one) runs with --config-dir; NVIDIA's device plugin is a systemd
+# service whose reload sends it SIGHUP (gpuprov/lab/device_plugin.py).
 kubelet_config_dir = "/etc/kubernetes/kubelet.conf.d"
 device_plugin_reload_command = "systemctl reload nvidia-device-plugin.service"
+
+# The lab's API server (admin kubeconfig): the deploy cordons and drains a node around a
+# disruptive change (a driver or MIG mode change) and uncordons it after. None with
+# `gpuprov lab up --no-kube` or no lab up. kubectl must be on PATH (`lab up` prints how).
+kubeconfig = lab.kubeconfig()
+
+# What the kubelet registered from the device plugin is checked on each host by `gpuprov verify`;
+# with `gpuprov lab up --no-kube` no kubelet runs, so there is nothing to check.
+verify_kubelet_devices = lab.kubeconfig() is not None

@@ -4,6 +4,13 @@ within a stated bound, three times in a row, and verify exits 0 after each.
 On the 2-core CI machine this costs several minutes (16 systemd hosts boot and deploy on the same
 cores as the controller), so it carries the ``fleet`` mark too: ``-m "lab and not fleet"`` leaves
 it out, ``-m fleet`` runs it alone. It takes the shared lab down first and runs last.
+
+The fleet runs without Kubernetes (``lab up --no-kube``): what is measured is the deploy of 16
+hosts at once over SSH; 16 kubelets and device plugins (about 100 MB RSS per host, 1.6 GB in
+all, and 270 MB for the API server, measured) and their housekeeping would share the same 2
+cores and memory with it, and the deploy would add a cordon, drain and uncordon per host. With no API
+server the deploy does no cordon or drain (group data ``kubeconfig`` is None); the cluster side
+is tested on the three-host lab (tests/lab/test_kube_node.py).
 """
 
 from __future__ import annotations
@@ -12,9 +19,7 @@ import time
 
 import pytest
 
-from gpuprov.lab import lifecycle
-from gpuprov.lab.rundir import RunDir, default_dir
-from gpuprov.lab.testing import Lab
+from gpuprov.lab.testing import Lab, UserLabUp
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_down, pytest.mark.own_lab, pytest.mark.fleet]
 
@@ -27,10 +32,13 @@ BOUND = 120
 
 
 def test_a_cold_16_host_first_deploy_finishes_within_the_bound_three_times_in_a_row():
-    lifecycle.down(RunDir(default_dir()))  # the shared 3-host lab, if a test started it
+    try:
+        Lab.make_way()  # the shared lab a test started; never a lab a person started
+    except UserLabUp as e:
+        pytest.skip(str(e))
     took = []
     for _ in range(RUNS):
-        fleet = Lab.start(hosts=FLEET)
+        fleet = Lab.start(hosts=FLEET, kube=False)
         try:
             started = time.monotonic()
             fleet.deploy()  # fails the test on a non-zero exit, with the output

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+
+from gpuprov.contract import KUBELET_CONFIG_PATH
+from gpuprov.lab import kubebuild
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_fresh]
 
@@ -28,24 +32,36 @@ def test_node_parts_run_before_gpuprov(lab):
     node = lab.testinfra("lab-a100-01")
     for unit in ("containerd", "kubelet", "nvidia-device-plugin"):
         assert node.service(unit).is_running, unit
-    config = node.file("/var/lib/kubelet/config.yaml")
+    config = node.file(KUBELET_CONFIG_PATH)
     assert "kind: KubeletConfiguration" in config.content_string
     assert node.run("containerd config dump").rc == 0
+    assert node.check_output("kubelet --version") == f"Kubernetes v{kubebuild.KUBERNETES_VERSION}"
 
 
-def test_device_plugin_logs_each_sighup(lab):
+def test_each_host_is_a_ready_node_with_the_kubelets_default_pods_and_no_gpus_before_a_deploy(lab):
+    # The real kubelet registered each host with the lab's API server; the device plugin waits
+    # for NVML, which comes with the driver package the deploy installs.
+    nodes = lab.nodes()
+    assert sorted(nodes) == sorted(lab.names)
+    for name, node in nodes.items():
+        assert node["ready"], name
+        assert node["allocatable"] == {"pods": "110"}, name
+
+
+def test_device_plugin_restarts_on_each_reload(lab):
+    # The real plugin re-reads its config on SIGHUP, which the unit's reload sends.
     def reloads() -> int:
-        return (
-            lab.run(
-                "lab-h200-01", "grep -c SIGHUP /var/log/nvidia-device-plugin.log", check=False
-            ).stdout.strip()
-            or "0"
-        )
+        journal = lab.run(
+            "lab-h200-01", "journalctl -o cat -u nvidia-device-plugin.service", check=False
+        ).stdout
+        return journal.count("Received SIGHUP, restarting.")
 
-    before = int(reloads())
+    before = reloads()
     lab.run("lab-h200-01", "systemctl reload nvidia-device-plugin.service")
-    lab.run("lab-h200-01", "sleep 0.3")
-    assert int(reloads()) == before + 1
+    deadline = time.monotonic() + 10
+    while reloads() == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert reloads() == before + 1
 
 
 def test_sim_state_starts_with_the_driver_not_loaded(lab):

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.lab import network, procs
+from gpuprov.lab import hosts, network, procs
+from gpuprov.lab.controlplane import API_PORT
+from gpuprov.lab.device_plugin import PLUGIN
+from gpuprov.lab.kubelet import KUBELET
 
 pytestmark = pytest.mark.lab
 
@@ -47,25 +50,79 @@ def test_second_up_with_other_hosts_refuses_and_leaves_the_lab_alone(lab):
     assert [h["name"] for h in status["hosts"]] == lab.names
 
 
+def test_status_shows_the_nodes_as_the_api_server_sees_them(lab):
+    status = json.loads(gpuprov(lab, "status", "--format", "json").stdout)
+    assert status["kube"]["api"] is True
+    assert status["kube"]["kubeconfig"] == str(lab.run_dir.admin_kubeconfig)
+    assert [(n["name"], n["ready"]) for n in status["kube"]["nodes"]] == [
+        (name, True) for name in lab.names
+    ]
+    text = gpuprov(lab, "status").stdout
+    assert f"kubeconfig {lab.run_dir.admin_kubeconfig}" in text
+    rows: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.startswith("lab-"):
+            rows.setdefault(line.split()[0], line.split())  # the node table comes first
+    assert all(rows[name][1] == "yes" for name in lab.names), text
+
+
 @pytest.mark.lab_down
 def test_down_leaves_no_process_mount_namespace_or_link(lab):
     run = lab.run_dir
     pidfiles = run.pidfiles()
     pids = [procs.read(f) for f in pidfiles]
-    assert len(pids) == 2 + 2 * len(lab.hosts) and None not in pids
+    # repository server, stuck mirror, etcd, API server; each host's launcher and nspawn
+    assert len(pids) == 4 + 2 * len(lab.hosts) and None not in pids
+    # Each host's kubelet and plugin, started inside the hosts (descendants of their nspawn).
+    node_parts = _descendants_running([p for p in pids if p is not None], {KUBELET, PLUGIN})
+    assert len(node_parts) == 2 * len(lab.hosts), node_parts
 
     lab.stop()
 
     assert [p for p in pids if p is not None and _running(p)] == []
-    assert [
-        line for line in Path("/proc/mounts").read_text().splitlines() if str(run.path) in line
-    ] == []
+    assert [p for p in node_parts if _running(p)] == []
+    assert API_PORT not in _listening_ports()  # the API server's port is free again
+    assert hosts.mounts_under(run.path) == []
     assert network.leftover_namespaces() == [] and network.leftover_veths() == []
     assert not network.bridge_exists()
     assert not run.path.exists()
     again = gpuprov(lab, "down")
     assert again.returncode == 0, again.stderr
     assert json.loads(gpuprov(lab, "status", "--format", "json").stdout)["state"] == "down"
+
+
+def _listening_ports() -> set[int]:
+    """The TCP ports something listens on in this network namespace (IPv4 and IPv6)."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _descendants_running(roots: list[int], argv0s: set[str]) -> list[int]:
+    """The processes below ``roots`` whose ``argv[0]`` is one of ``argv0s``."""
+    parents, found = {}, []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                argv0 = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+            except OSError:
+                continue
+            parents[int(proc.name)] = int(stat[1])
+            if argv0 in argv0s:
+                found.append(int(proc.name))
+    below = []
+    for pid in found:
+        ancestor = pid
+        while ancestor in parents and ancestor not in roots:
+            ancestor = parents[ancestor]
+        if ancestor in roots:
+            below.append(pid)
+    return below
 
 
 def _running(pid: int) -> bool:
