@@ -47,6 +47,7 @@ def test_entries_are_sorted_with_fixed_times_and_only_host_side_modules():
             "gpuprov/contract.py",
             "gpuprov/findings.py",
             "gpuprov/gpu_clients.py",
+            "gpuprov/kubelet_checkpoint.py",
             "gpuprov/probe.py",
             *agent,
             *health,

@@ -20,6 +20,7 @@ from pyinfra_cli.main import cli
 
 from gpuprov.catalog import find_model
 from gpuprov.hostfiles import device_plugin
+from gpuprov.hostfiles import kubelet as kubelet_file
 from gpuprov.inventory import load
 from gpuprov.plan import HostPlan, build
 from tests.probes import matching_probe
@@ -47,12 +48,17 @@ def plan_of(tmp_path: Path, mode: str, data: dict) -> HostPlan:
     return build(load(str(directory / "inv.py"))).host(HOST)
 
 
-def _deploy(tmp_path: Path, monkeypatch, mode: str, probe: dict, data: dict) -> list[str]:
-    """Deploy one fake host whose state is ``probe``; the commands it ran."""
+def _deploy(
+    tmp_path: Path, monkeypatch, mode: str, probe: dict, data: dict, kubelet_as_planned=False
+) -> list[str]:
+    """Deploy one fake host whose state is ``probe``; the commands it ran. Its kubelet drop-in
+    is missing (the deploy writes it and restarts the kubelet) unless ``kubelet_as_planned``."""
     plan = plan_of(tmp_path, mode, data)
     config_path = plan.settings["device_plugin_config_path"]
     text = device_plugin.render(plan)
     managed = [_file_line(config_path, text)] if text is not None else [f"{config_path}\t-"]
+    if kubelet_as_planned:
+        managed.append(_file_line(kubelet_file.target(plan), kubelet_file.render(plan)))
     node = json.dumps({k: v for k, v in probe.items() if k not in ("files", "containerd")})
     state = [
         "@@ host:probe",
@@ -148,3 +154,48 @@ def test_a_whole_card_host_as_planned_gets_no_restart(tmp_path, monkeypatch):
     probe = matching_probe(plan_of(tmp_path, "whole_card", {}))
     commands = _deploy(tmp_path, monkeypatch, "whole_card", probe, {})
     assert restarts(commands) == 0
+
+
+# --- after a restart the deploy waits until the kubelet has the planned devices
+
+
+def settles(commands: list[str]) -> list[str]:
+    return [c for c in commands if "agent.pyz settle" in c]
+
+
+def test_after_a_restart_the_deploy_waits_for_the_planned_devices(tmp_path, monkeypatch, mig_probe):
+    probe = copy.deepcopy(mig_probe)
+    probe["gpus"][0].update(mig={"current": False, "pending": False}, gpu_instances=[])
+
+    commands = _deploy(tmp_path, monkeypatch, "mig", probe, MIG)
+
+    [settle] = settles(commands)
+    assert commands.index(settle) > max(n for n, c in enumerate(commands) if RELOAD in c)
+    plan = plan_of(tmp_path, "mig", MIG)
+    for resource, count in plan.resources.items():
+        assert f"--want={resource}={count}" in settle
+    assert "--dir=/var/lib/kubelet/device-plugins" in settle
+
+
+def test_no_restart_no_wait(tmp_path, monkeypatch, mig_probe):
+    commands = _deploy(tmp_path, monkeypatch, "mig", mig_probe, MIG, kubelet_as_planned=True)
+    assert [c for c in commands if "systemctl restart kubelet" in c] == []
+    assert settles(commands) == []
+
+
+def test_a_kubelet_restart_alone_is_waited_for(tmp_path, monkeypatch, mig_probe):
+    commands = _deploy(tmp_path, monkeypatch, "mig", mig_probe, MIG)
+    kubelet = [n for n, c in enumerate(commands) if "systemctl restart kubelet" in c]
+    assert restarts(commands) == 0 and len(kubelet) == 1
+    [settle] = settles(commands)
+    assert commands.index(settle) > kubelet[0]
+
+
+def test_no_wait_where_verify_does_not_check_the_kubelets_devices(tmp_path, monkeypatch, mig_probe):
+    probe = copy.deepcopy(mig_probe)
+    probe["gpus"][0].update(mig={"current": False, "pending": False}, gpu_instances=[])
+    data = {**MIG, "verify_kubelet_devices": False}
+
+    commands = _deploy(tmp_path, monkeypatch, "mig", probe, data)
+
+    assert restarts(commands) == 1 and settles(commands) == []

@@ -34,6 +34,7 @@ _MEMBERS = (
     "contract.py",
     "findings.py",
     "gpu_clients.py",
+    "kubelet_checkpoint.py",
     "probe.py",
     "agent",
     "health",

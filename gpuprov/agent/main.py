@@ -1,4 +1,4 @@
-"""The agent's command line: ``python3 agent.pyz probe ...`` and ``python3 agent.pyz apply ...``.
+"""The agent's command line: ``python3 agent.pyz probe|apply|settle ...``.
 
 ``apply`` prints the JSON report and exits 0 (done), 1 (failed), 2 (a layout file that is
 malformed or breaks the GPUs' MIG rules: one ``error:`` line per problem on stderr, nothing
@@ -23,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
         from gpuprov import probe
 
         return probe.main(args[1:])
+    if args[:1] == ["settle"]:
+        from gpuprov.agent import settle
+
+        return settle.main(args[1:])
     parser = _parser()
     options = parser.parse_args(args)
     return _apply(options.layout, boot=options.boot, check=options.check)
@@ -30,8 +34,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent.pyz", description="gpuprov host-side agent.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{probe,apply}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{probe,apply,settle}")
     commands.add_parser("probe", help="print the probe JSON document (see `probe --help`)")
+    commands.add_parser(
+        "settle", help="wait until the kubelet has the planned devices (see `settle --help`)"
+    )
     apply = commands.add_parser("apply", help="make the GPUs match the MIG layout file")
     apply.add_argument(
         "--layout", default=MIG_LAYOUT_PATH, help=f"the MIG layout file (default {MIG_LAYOUT_PATH})"

@@ -52,7 +52,8 @@ def gpu_node(plan: HostPlan) -> None:
     leftovers.leftovers(view)
     mig_changes = mig.mig_layout(view) if plan.mode == "mig" else mig.mig_off(view)
     mps.mps(view)
-    device_plugin.device_plugin(view, mig_changes)
-    kubelet.kubelet(view)
+    plugin_restart = device_plugin.device_plugin(view, mig_changes)
+    kubelet_restart = kubelet.kubelet(view)
+    device_plugin.settled(view, [plugin_restart, kubelet_restart])
     if reasons:
         uncordon(view)

@@ -5,6 +5,7 @@ the kubelet restarts only when its config changed. The text comes from
 from __future__ import annotations
 
 from pyinfra.api import deploy
+from pyinfra.api.operation import OperationMeta
 
 from gpuprov.contract import KUBELET_UNIT, kubelet_drop_in_path
 from gpuprov.deploys.view import HostView, Watch, changed, ensure_file
@@ -21,7 +22,9 @@ def watch(settings: dict) -> Watch:
 
 
 @deploy("kubelet")
-def kubelet(view: HostView) -> None:
+def kubelet(view: HostView) -> OperationMeta | None:
+    """kubelet ``maxPods`` (a drop-in, or the main file), the kubelet restarted when it
+    changed; returns the restart (None when nothing could change)."""
     plan, max_pods = view.plan, view.plan.kubelet_max_pods
     path = kubelet_file.target(plan)
     if view.settings["kubelet_config_dir"]:
@@ -31,14 +34,15 @@ def kubelet(view: HostView) -> None:
     else:
         text = view.text(path)
         if text is not None and kubelet_file.render(plan, text) == text:
-            return
+            return None
         op = kubelet_ops.max_pods(
             name=f"kubelet: maxPods {max_pods} in {path}", path=path, max_pods=max_pods
         )
-    if op:
-        restarted(
-            name="restart kubelet",
-            unit=KUBELET_UNIT,
-            _if=changed(op),
-            _timeout=view.settings["gpuprov_timeout_service"],
-        )
+    if not op:
+        return None
+    return restarted(
+        name="restart kubelet",
+        unit=KUBELET_UNIT,
+        _if=changed(op),
+        _timeout=view.settings["gpuprov_timeout_service"],
+    )

@@ -1,0 +1,109 @@
+"""Wait, on the host, until the kubelet has registered what the device plugin should serve.
+
+After the deploy restarts the device plugin (a new config, a MIG change) or the kubelet (a new
+``maxPods``), the node advertises the new devices only once the plugin has registered again and
+the kubelet has rewritten its device-manager checkpoint: about 2 s for a plugin restart, up to
+12 s after a kubelet restart (measured in the lab: the kubelet first retries the old plugin
+socket for 10 s). A ``gpuprov verify`` in that window reports drift that heals by itself, so the
+deploy waits here, bounded, and fails the host naming what is still missing.
+
+Done is what verify checks on the node (``gpuprov.checks.kubelet_devices``): per wanted resource,
+that many device ids in the checkpoint and NVIDIA's plugin socket for it in the same directory.
+
+>>> main(["--dir", "/var/lib/kubelet/device-plugins", "--want", "nvidia.com/gpu=4",
+...       "--timeout", "60"])                                       # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from gpuprov.agent.kubelet_devices import sockets
+from gpuprov.contract import (
+    AGENT_EXIT_BAD_INPUT,
+    KUBELET_CHECKPOINT_MAX_BYTES,
+    KUBELET_DEVICE_CHECKPOINT_NAME,
+    device_plugin_socket,
+)
+from gpuprov.kubelet_checkpoint import CheckpointError, registered_devices
+
+POLL_SECONDS = 0.5
+
+
+def missing(directory: str, want: Mapping[str, int]) -> list[str]:
+    """What the kubelet in ``directory`` does not have yet of ``want`` (resource -> device
+    count); [] when it has all of it.
+
+    >>> missing("/nonexistent", {"nvidia.com/gpu": 4})
+    ['no checkpoint in /nonexistent']
+    """
+    path = os.path.join(directory, KUBELET_DEVICE_CHECKPOINT_NAME)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(KUBELET_CHECKPOINT_MAX_BYTES + 1)
+    except FileNotFoundError:
+        return [f"no checkpoint in {directory}"]
+    except OSError as e:
+        return [f"{path} unreadable: {e.strerror}"]
+    try:
+        registered = registered_devices(text)
+    except CheckpointError as e:  # rewritten in place while read, or really malformed
+        return [f"{path}: {e}"]
+    listed = sockets(directory)
+    served = set(listed) if isinstance(listed, list) else set()
+    out = []
+    for resource, count in sorted(want.items()):
+        have = len(registered.get(resource, ()))
+        if have != count:
+            out.append(f"{resource}: {have} of {count} devices registered")
+        socket = device_plugin_socket(resource)
+        if socket is not None and socket not in served:
+            out.append(f"no {socket} (the plugin does not serve {resource})")
+    return out
+
+
+def wait(directory: str, want: Mapping[str, int], timeout: float) -> list[str]:
+    """Poll until nothing is ``missing``, for at most ``timeout`` seconds; what is still
+    missing then ([] on success)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = missing(directory, want)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(POLL_SECONDS)
+
+
+def _want(text: str) -> tuple[str, int]:
+    resource, _, count = text.rpartition("=")
+    if not resource or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not RESOURCE=COUNT")
+    return resource, int(count)
+
+
+def main(argv: Sequence[str]) -> int:
+    """0 when the kubelet has every wanted resource, 1 after the timeout (what is missing on
+    stderr), 2 for a bad command line."""
+    parser = argparse.ArgumentParser(prog="agent.pyz settle", description=__doc__.split("\n")[0])
+    parser.add_argument("--dir", required=True, help="the kubelet's device-plugin directory")
+    parser.add_argument(
+        "--want", type=_want, action="append", default=[], help="RESOURCE=COUNT (repeatable)"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait at most")
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as e:
+        return AGENT_EXIT_BAD_INPUT if e.code else 0
+    left = wait(options.dir, dict(options.want), options.timeout)
+    if left:
+        print(
+            f"error: after {options.timeout:g} s the kubelet does not advertise the plan: "
+            + "; ".join(left),
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,79 @@
+"""``agent.pyz settle``: the deploy's wait until the kubelet has registered the planned devices,
+run against kubelet directories as a node has them (the checkpoint a real kubelet writes, real
+unix sockets)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from gpuprov.agent import settle
+from gpuprov.agent.main import main as agent_main
+from tests.plans import plan_for
+from tests.probes import kubelet_directory
+
+
+def test_a_node_serving_the_plan_is_settled_at_once(tmp_path):
+    plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
+    kubelet_directory(tmp_path / "dp", plan)
+    assert settle.missing(str(tmp_path / "dp"), plan.resources) == []
+    want = [f"--want={r}={n}" for r, n in plan.resources.items()]
+    assert agent_main(["settle", f"--dir={tmp_path / 'dp'}", *want, "--timeout=0"]) == 0
+
+
+def test_the_old_replica_count_is_named_and_fails_after_the_timeout(tmp_path, capsys):
+    (tmp_path / "old").mkdir(), (tmp_path / "new").mkdir()
+    old = plan_for(tmp_path / "old", "shared", time_slicing_replicas=4)
+    new = plan_for(tmp_path / "new", "shared", time_slicing_replicas=2)
+    kubelet_directory(tmp_path / "dp", old)
+    [(resource, count)] = new.resources.items()
+
+    code = settle.main([f"--dir={tmp_path / 'dp'}", f"--want={resource}={count}", "--timeout=0.2"])
+
+    assert code == 1
+    err = capsys.readouterr().err
+    assert f"{resource}: {2 * count} of {count} devices registered" in err
+
+
+def test_a_missing_plugin_socket_is_named(tmp_path):
+    plan = plan_for(tmp_path, "whole_card")
+    kubelet_directory(tmp_path / "dp", plan)
+    (tmp_path / "dp" / "nvidia-gpu.sock").unlink()
+    assert settle.missing(str(tmp_path / "dp"), plan.resources) == [
+        "no nvidia-gpu.sock (the plugin does not serve nvidia.com/gpu)"
+    ]
+
+
+def test_no_kubelet_directory_is_named(tmp_path):
+    assert settle.missing(str(tmp_path / "none"), {"nvidia.com/gpu": 2}) == [
+        f"no checkpoint in {tmp_path / 'none'}"
+    ]
+
+
+def test_it_returns_once_the_kubelet_rewrites_its_checkpoint(tmp_path):
+    (tmp_path / "old").mkdir(), (tmp_path / "new").mkdir()
+    old = plan_for(tmp_path / "old", "shared", time_slicing_replicas=4)
+    new = plan_for(tmp_path / "new", "shared", time_slicing_replicas=2)
+    kubelet_directory(tmp_path / "dp", old)
+    checkpoint = tmp_path / "dp" / "kubelet_internal_checkpoint"
+    text = json.loads(checkpoint.read_text())
+    [(resource, ids)] = text["Data"]["RegisteredDevices"].items()
+
+    def kubelet_rewrites() -> None:
+        time.sleep(0.5)
+        text["Data"]["RegisteredDevices"][resource] = ids[: len(ids) // 2]
+        checkpoint.write_text(json.dumps(text))
+
+    writer = threading.Thread(target=kubelet_rewrites)
+    writer.start()
+    started = time.monotonic()
+    left = settle.wait(str(tmp_path / "dp"), new.resources, timeout=30)
+    writer.join()
+    assert left == []
+    assert time.monotonic() - started < 30
+
+
+def test_a_bad_command_line_is_exit_2(capsys):
+    assert settle.main(["--dir=/x", "--want=nvidia.com/gpu"]) == 2
+    assert "RESOURCE=COUNT" in capsys.readouterr().err
