@@ -505,7 +505,8 @@ _VARIABLES = [
         True,
         "`gpuprov verify` checks on the host what the kubelet registered from the device plugin "
         "(its device-manager checkpoint: each planned resource with its count; a plugin socket "
-        "serving it). `False` for hosts whose kubelet or device plugin does not run yet.",
+        "serving it), and the deploy, after restarting the plugin or the kubelet, waits until it "
+        "is so. `False` for hosts whose kubelet or device plugin does not run yet.",
         _bool,
     ),
     # --- gpuprov's own host agent
