@@ -16,6 +16,7 @@ can do the same. Hosts are addressed by name (``lab-h100-01``) through the run's
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gpuprov.contract import AGENT_PATH
+from gpuprov.contract import AGENT_PATH, KUBELET_DEVICE_PLUGIN_DIR
 from gpuprov.lab import controlplane, lifecycle, network, ssh
 from gpuprov.lab.rundir import RunDir, default_dir
 from gpuprov.lab.spec import LabHost, default_spec
@@ -249,6 +250,20 @@ class Lab:
         copy = directory / "lab.py"
         copy.write_text(self.inventory.read_text() + inventory_code)
         return copy
+
+    def wait_registered(self, host: str, timeout: float = 60) -> None:
+        """Wait until ``host``'s kubelet has the devices the lab's plan gives it, with the
+        deploy's own wait (``agent.pyz settle``): after a reboot the device plugin registers
+        a few seconds after the host answers SSH."""
+        wants = [f"--want={r}={n}" for r, n in self.plan()[host]["resources"].items()]
+        self.run(
+            host,
+            shlex.join(
+                ["python3", AGENT_PATH, "settle", f"--dir={KUBELET_DEVICE_PLUGIN_DIR}", *wants]
+                + [f"--timeout={timeout}"]
+            ),
+            timeout=timeout + 30,
+        )
 
     def reboot(self, host: str, timeout: float = 90) -> None:
         """``systemctl reboot`` on ``host``; return once it has booted again."""

@@ -35,6 +35,7 @@ def test_an_injected_xid_79_fails_verify_for_that_host_naming_gpu_and_code(lab, 
         code, findings = host_findings(lab)
         assert code == 1
         assert all(findings[other] == [] for other in lab.names if other != host), findings
+        assert len(findings[host]) == 1, findings[host]
         [finding] = findings[host]
         assert (finding["host"], finding["gpu"], finding["check"]) == (host, 0, "xid")
         assert finding["found"] == (

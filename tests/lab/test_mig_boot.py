@@ -17,6 +17,7 @@ def test_after_a_reboot_the_boot_unit_rebuilds_the_layout_and_verify_passes(lab,
     host = lab.in_group("mig")[0].name
 
     lab.reboot(host)
+    lab.wait_registered(host)
 
     result = lab.verify()
     assert result.returncode == 0, result.stdout + result.stderr

@@ -15,13 +15,15 @@ pytestmark = pytest.mark.lab
 PLUGIN_CONFIG = "/etc/nvidia/device-plugin/config.yaml"
 
 
-def moved(lab, tmp_path: Path, host: str, group: str, data: str) -> Path:
-    """The lab inventory with ``host`` taken out of shared and put in ``group`` with ``data``."""
+def moved(lab, tmp_path: Path, host: str, group: str, data: str, host_data: str = "{}") -> Path:
+    """The lab inventory with ``host`` taken out of shared and put in ``group`` with ``data``,
+    ``host_data`` added to its own (host data wins over every group's)."""
     return lab.inventory_copy(
         tmp_path / group,
         inventory_code=(
             f"\n# {host} moved from shared to {group}.\n"
-            f"{group} = ([h for h in shared[0] if h[0] == {host!r}], {data})\n"
+            f"{group} = ([(h[0], {{**h[1], **{host_data}}}) for h in shared[0] "
+            f"if h[0] == {host!r}], {data})\n"
             f"shared = ([h for h in shared[0] if h[0] != {host!r}], shared[1])\n"
         ),
     )
@@ -42,13 +44,9 @@ def test_a_shared_host_moved_to_vgpu_then_mig_then_back_verifies_with_no_leftove
     # No vGPU plugin runs in the lab (neither HAMi's nor Volcano's can be built here:
     # docs/vgpu.md), so nothing registers the planned shares with the kubelet: verify's
     # on-node check of the kubelet's devices is off for this host, as for any host whose plugin
-    # does not run yet.
+    # does not run yet (host data: the lab's group data turns it on for every host).
     as_vgpu = moved(
-        lab,
-        tmp_path,
-        host,
-        "vgpu",
-        "{'vgpu_flavour': 'hami', 'verify_kubelet_devices': False}",
+        lab, tmp_path, host, "vgpu", "{'vgpu_flavour': 'hami'}", "{'verify_kubelet_devices': False}"
     )
     plan = lab.plan(as_vgpu)[host]
     assert plan["vgpu"]["advertised"]["nvidia.com/gpu"] == plan["gpu_count"] * 10
