@@ -46,11 +46,8 @@ def to_cordon(
 
 def hint(want: NodeState) -> Finding:
     """The finding that says ``want``'s node should be cordoned."""
-    return Finding(
-        want.host,
-        None,
-        CHECK,
-        EXPECTED,
+    return _finding(
+        want,
         f"node {want.name} is schedulable",
         f"gpuprov verify --cordon-unhealthy (or kubectl cordon {want.name}), then drain it",
     )
@@ -58,11 +55,8 @@ def hint(want: NodeState) -> Finding:
 
 def cordoned(want: NodeState) -> Finding:
     """The finding that says gpuprov verify cordoned ``want``'s node just now."""
-    return Finding(
-        want.host,
-        None,
-        CHECK,
-        EXPECTED,
+    return _finding(
+        want,
         f"node {want.name} cordoned now (--cordon-unhealthy)",
         f"drain it, service the GPU, verify again, then kubectl uncordon {want.name}",
     )
@@ -70,11 +64,12 @@ def cordoned(want: NodeState) -> Finding:
 
 def kept(want: NodeState) -> Finding:
     """An unhealthy host's node that is already cordoned: it should stay so."""
-    return Finding(
-        want.host,
-        None,
-        CHECK,
-        EXPECTED,
+    return _finding(
+        want,
         f"node {want.name} is cordoned (spec.unschedulable)",
         f"keep it cordoned until the GPU is serviced, then kubectl uncordon {want.name}",
     )
+
+
+def _finding(want: NodeState, found: str, hint_: str) -> Finding:
+    return Finding(want.host, None, CHECK, EXPECTED, found, hint_)
