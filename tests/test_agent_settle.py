@@ -5,8 +5,10 @@ unix sockets)."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+from pathlib import Path
 
 from gpuprov.agent import settle
 from gpuprov.agent.main import main as agent_main
@@ -14,9 +16,17 @@ from tests.plans import plan_for
 from tests.probes import kubelet_directory
 
 
+def registered_node(directory: Path, plan) -> None:
+    """A kubelet directory whose checkpoint was written after every socket appeared: the
+    kubelet has recorded the plugin's registration."""
+    kubelet_directory(directory, plan)
+    later = time.time_ns() + 1_000_000_000
+    os.utime(directory / "kubelet_internal_checkpoint", ns=(later, later))
+
+
 def test_a_node_serving_the_plan_is_settled_at_once(tmp_path):
     plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
-    kubelet_directory(tmp_path / "dp", plan)
+    registered_node(tmp_path / "dp", plan)
     assert settle.missing(str(tmp_path / "dp"), plan.resources) == []
     want = [f"--want={r}={n}" for r, n in plan.resources.items()]
     assert agent_main(["settle", f"--dir={tmp_path / 'dp'}", *want, "--timeout=0"]) == 0
@@ -26,7 +36,7 @@ def test_the_old_replica_count_is_named_and_fails_after_the_timeout(tmp_path, ca
     (tmp_path / "old").mkdir(), (tmp_path / "new").mkdir()
     old = plan_for(tmp_path / "old", "shared", time_slicing_replicas=4)
     new = plan_for(tmp_path / "new", "shared", time_slicing_replicas=2)
-    kubelet_directory(tmp_path / "dp", old)
+    registered_node(tmp_path / "dp", old)
     [(resource, count)] = new.resources.items()
 
     code = settle.main([f"--dir={tmp_path / 'dp'}", f"--want={resource}={count}", "--timeout=0.2"])
@@ -38,7 +48,7 @@ def test_the_old_replica_count_is_named_and_fails_after_the_timeout(tmp_path, ca
 
 def test_a_missing_plugin_socket_is_named(tmp_path):
     plan = plan_for(tmp_path, "whole_card")
-    kubelet_directory(tmp_path / "dp", plan)
+    registered_node(tmp_path / "dp", plan)
     (tmp_path / "dp" / "nvidia-gpu.sock").unlink()
     assert settle.missing(str(tmp_path / "dp"), plan.resources) == [
         "no nvidia-gpu.sock (the plugin does not serve nvidia.com/gpu)"
@@ -55,7 +65,7 @@ def test_it_returns_once_the_kubelet_rewrites_its_checkpoint(tmp_path):
     (tmp_path / "old").mkdir(), (tmp_path / "new").mkdir()
     old = plan_for(tmp_path / "old", "shared", time_slicing_replicas=4)
     new = plan_for(tmp_path / "new", "shared", time_slicing_replicas=2)
-    kubelet_directory(tmp_path / "dp", old)
+    registered_node(tmp_path / "dp", old)
     checkpoint = tmp_path / "dp" / "kubelet_internal_checkpoint"
     text = json.loads(checkpoint.read_text())
     [(resource, ids)] = text["Data"]["RegisteredDevices"].items()
@@ -64,6 +74,8 @@ def test_it_returns_once_the_kubelet_rewrites_its_checkpoint(tmp_path):
         time.sleep(0.5)
         text["Data"]["RegisteredDevices"][resource] = ids[: len(ids) // 2]
         checkpoint.write_text(json.dumps(text))
+        later = time.time_ns() + 2_000_000_000
+        os.utime(checkpoint, ns=(later, later))
 
     writer = threading.Thread(target=kubelet_rewrites)
     writer.start()
@@ -77,3 +89,17 @@ def test_it_returns_once_the_kubelet_rewrites_its_checkpoint(tmp_path):
 def test_a_bad_command_line_is_exit_2(capsys):
     assert settle.main(["--dir=/x", "--want=nvidia.com/gpu"]) == 2
     assert "RESOURCE=COUNT" in capsys.readouterr().err
+
+
+def test_a_socket_newer_than_the_checkpoint_is_not_registered_yet(tmp_path):
+    """A plugin (or kubelet) that has started again since the kubelet last wrote its
+    checkpoint: the socket is there, the registration is not (yet)."""
+    plan = plan_for(tmp_path, "whole_card")
+    registered_node(tmp_path / "dp", plan)
+    checkpoint = tmp_path / "dp" / "kubelet_internal_checkpoint"
+    earlier = checkpoint.stat().st_mtime_ns - 5_000_000_000
+    os.utime(checkpoint, ns=(earlier, earlier))
+    assert settle.missing(str(tmp_path / "dp"), plan.resources) == [
+        "kubelet.sock is newer than the checkpoint (not registered yet)",
+        "nvidia-gpu.sock is newer than the checkpoint (not registered yet)",
+    ]

@@ -8,7 +8,13 @@ socket for 10 s). A ``gpuprov verify`` in that window reports drift that heals b
 deploy waits here, bounded, and fails the host naming what is still missing.
 
 Done is what verify checks on the node (``gpuprov.checks.kubelet_devices``): per wanted resource,
-that many device ids in the checkpoint and NVIDIA's plugin socket for it in the same directory.
+that many device ids in the checkpoint and NVIDIA's plugin socket for it in the same directory;
+and, since a socket exists before its registration succeeds, a checkpoint written after every
+one of those sockets and after the kubelet's own socket. The kubelet writes it when a plugin's
+first device list arrives (``genericDeviceUpdateCallback`` -> ``writeCheckpoint``, kubernetes
+pkg/kubelet/cm/devicemanager/manager.go). Seen in the lab: a plugin that registers while the
+kubelet restarts serves its socket for 5 s, fails (``context deadline exceeded``) and retries
+only 30 s later, all that time beside a checkpoint that still lists the old devices.
 
 >>> main(["--dir", "/var/lib/kubelet/device-plugins", "--want", "nvidia.com/gpu=4",
 ...       "--timeout", "60"])                                       # doctest: +SKIP
@@ -28,6 +34,7 @@ from gpuprov.contract import (
     AGENT_EXIT_BAD_INPUT,
     KUBELET_CHECKPOINT_MAX_BYTES,
     KUBELET_DEVICE_CHECKPOINT_NAME,
+    KUBELET_SOCKET_NAME,
     device_plugin_socket,
 )
 from gpuprov.kubelet_checkpoint import CheckpointError, registered_devices
@@ -57,6 +64,7 @@ def missing(directory: str, want: Mapping[str, int]) -> list[str]:
     listed = sockets(directory)
     served = set(listed) if isinstance(listed, list) else set()
     out = []
+    needed = [KUBELET_SOCKET_NAME]
     for resource, count in sorted(want.items()):
         have = len(registered.get(resource, ()))
         if have != count:
@@ -64,7 +72,22 @@ def missing(directory: str, want: Mapping[str, int]) -> list[str]:
         socket = device_plugin_socket(resource)
         if socket is not None and socket not in served:
             out.append(f"no {socket} (the plugin does not serve {resource})")
+        elif socket is not None:
+            needed.append(socket)
+    if not out:
+        out += _unregistered(directory, path, needed)
     return out
+
+
+def _unregistered(directory: str, checkpoint: str, names: list[str]) -> list[str]:
+    """The sockets of ``names`` made after the checkpoint was last written: a kubelet or a
+    plugin (re)started whose registration the kubelet has not recorded yet."""
+    try:
+        written = os.stat(checkpoint).st_mtime_ns
+        newer = [n for n in names if os.stat(os.path.join(directory, n)).st_mtime_ns > written]
+    except FileNotFoundError as e:  # replaced between the listing and the stat
+        return [f"{e.filename} gone"]
+    return [f"{n} is newer than the checkpoint (not registered yet)" for n in newer]
 
 
 def wait(directory: str, want: Mapping[str, int], timeout: float) -> list[str]:
