@@ -137,6 +137,9 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 # ``nvidia-<name>.sock`` in the kubelet's device-plugin directory (internal/plugin/server.go,
 # https://github.com/NVIDIA/k8s-device-plugin/blob/v0.20.0/internal/plugin/server.go).
 DEVICE_PLUGIN_RESOURCE_DOMAIN = "nvidia.com"
+# The plugin's program name (cmd/nvidia-device-plugin), as its process shows it on the host
+# whether systemd or a DaemonSet runs it: what the deploy's wait looks for before waiting.
+DEVICE_PLUGIN_PROGRAM = "nvidia-device-plugin"
 DEVICE_PLUGIN_SOCKET_PREFIX = "nvidia-"
 DEVICE_PLUGIN_SOCKET_SUFFIX = ".sock"
 

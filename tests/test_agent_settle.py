@@ -6,14 +6,27 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from gpuprov.agent import settle
 from gpuprov.agent.main import main as agent_main
 from tests.plans import plan_for
 from tests.probes import kubelet_directory
+
+
+@pytest.fixture
+def plugin_process():
+    """A process that the host shows as NVIDIA's device plugin (its first argument's file
+    name), as a DaemonSet's or systemd's plugin shows."""
+    process = subprocess.Popen(["/usr/bin/nvidia-device-plugin", "60"], executable="sleep")
+    yield process
+    process.kill()
+    process.wait()
 
 
 def registered_node(directory: Path, plan) -> None:
@@ -24,7 +37,7 @@ def registered_node(directory: Path, plan) -> None:
     os.utime(directory / "kubelet_internal_checkpoint", ns=(later, later))
 
 
-def test_a_node_serving_the_plan_is_settled_at_once(tmp_path):
+def test_a_node_serving_the_plan_is_settled_at_once(tmp_path, plugin_process):
     plan = plan_for(tmp_path, "shared", time_slicing_replicas=4)
     registered_node(tmp_path / "dp", plan)
     assert settle.missing(str(tmp_path / "dp"), plan.resources) == []
@@ -32,7 +45,9 @@ def test_a_node_serving_the_plan_is_settled_at_once(tmp_path):
     assert agent_main(["settle", f"--dir={tmp_path / 'dp'}", *want, "--timeout=0"]) == 0
 
 
-def test_the_old_replica_count_is_named_and_fails_after_the_timeout(tmp_path, capsys):
+def test_the_old_replica_count_is_named_and_fails_after_the_timeout(
+    tmp_path, capsys, plugin_process
+):
     (tmp_path / "old").mkdir(), (tmp_path / "new").mkdir()
     old = plan_for(tmp_path / "old", "shared", time_slicing_replicas=4)
     new = plan_for(tmp_path / "new", "shared", time_slicing_replicas=2)
@@ -103,3 +118,16 @@ def test_a_socket_newer_than_the_checkpoint_is_not_registered_yet(tmp_path):
         "kubelet.sock is newer than the checkpoint (not registered yet)",
         "nvidia-gpu.sock is newer than the checkpoint (not registered yet)",
     ]
+
+
+def test_the_plugin_process_is_found_by_its_program_name(plugin_process):
+    assert settle.plugin_runs()
+
+
+def test_no_plugin_running_means_nothing_to_wait_for(tmp_path, capsys):
+    """A node deployed before the device plugin chart is installed: a kubelet, no plugin."""
+    plan = plan_for(tmp_path, "whole_card")
+    want = [f"--want={r}={n}" for r, n in plan.resources.items()]
+    assert not settle.plugin_runs()
+    assert settle.main([f"--dir={tmp_path / 'none'}", *want, "--timeout=0.5"]) == 0
+    assert "no nvidia-device-plugin runs on this host" in capsys.readouterr().out

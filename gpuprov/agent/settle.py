@@ -16,6 +16,11 @@ pkg/kubelet/cm/devicemanager/manager.go). Seen in the lab: a plugin that registe
 kubelet restarts serves its socket for 5 s, fails (``context deadline exceeded``) and retries
 only 30 s later, all that time beside a checkpoint that still lists the old devices.
 
+Nothing to wait for where no device plugin runs on the host (yet): a node deployed before the
+device plugin chart is installed (docs/kubernetes.md, step by step) has a kubelet but no plugin.
+A plugin process is looked for, by its program name, for ``PLUGIN_GRACE_SECONDS`` first: a
+restart leaves none for a moment (systemd's ``RestartSec``).
+
 >>> main(["--dir", "/var/lib/kubelet/device-plugins", "--want", "nvidia.com/gpu=4",
 ...       "--timeout", "60"])                                       # doctest: +SKIP
 0
@@ -32,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from gpuprov.agent.kubelet_devices import sockets
 from gpuprov.contract import (
     AGENT_EXIT_BAD_INPUT,
+    DEVICE_PLUGIN_PROGRAM,
     KUBELET_CHECKPOINT_MAX_BYTES,
     KUBELET_DEVICE_CHECKPOINT_NAME,
     KUBELET_SOCKET_NAME,
@@ -40,6 +46,29 @@ from gpuprov.contract import (
 from gpuprov.kubelet_checkpoint import CheckpointError, registered_devices
 
 POLL_SECONDS = 0.5
+PLUGIN_GRACE_SECONDS = 10.0
+
+
+def plugin_runs(proc: str = "/proc") -> bool:
+    """Whether a process of NVIDIA's device plugin runs on this host (a DaemonSet's pods are
+    host processes too): one whose first argument's file name is the plugin's program.
+
+    >>> plugin_runs("/nonexistent")
+    False
+    """
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+                argv0 = f.read(4096).split(b"\0", 1)[0]
+        except OSError:  # gone, or not ours to read
+            continue
+        if os.path.basename(argv0.decode(errors="replace")) == DEVICE_PLUGIN_PROGRAM:
+            return True
+    return False
 
 
 def missing(directory: str, want: Mapping[str, int]) -> list[str]:
@@ -109,8 +138,8 @@ def _want(text: str) -> tuple[str, int]:
 
 
 def main(argv: Sequence[str]) -> int:
-    """0 when the kubelet has every wanted resource, 1 after the timeout (what is missing on
-    stderr), 2 for a bad command line."""
+    """0 when the kubelet has every wanted resource, or no device plugin runs; 1 after the
+    timeout (what is missing on stderr); 2 for a bad command line."""
     parser = argparse.ArgumentParser(prog="agent.pyz settle", description=__doc__.split("\n")[0])
     parser.add_argument("--dir", required=True, help="the kubelet's device-plugin directory")
     parser.add_argument(
@@ -121,6 +150,12 @@ def main(argv: Sequence[str]) -> int:
         options = parser.parse_args(argv)
     except SystemExit as e:
         return AGENT_EXIT_BAD_INPUT if e.code else 0
+    grace = time.monotonic() + min(PLUGIN_GRACE_SECONDS, options.timeout)
+    while not plugin_runs():
+        if time.monotonic() >= grace:
+            print(f"no {DEVICE_PLUGIN_PROGRAM} runs on this host: nothing to wait for")
+            return 0
+        time.sleep(POLL_SECONDS)
     left = wait(options.dir, dict(options.want), options.timeout)
     if left:
         print(
