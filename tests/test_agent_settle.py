@@ -124,10 +124,28 @@ def test_the_plugin_process_is_found_by_its_program_name(plugin_process):
     assert settle.plugin_runs()
 
 
+def host_processes(root: Path, *argvs: list[str]) -> Path:
+    """A host's process list as ``/proc`` shows it: one ``PID/cmdline`` per process."""
+    for pid, argv in enumerate(argvs, start=1):
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (root / "self").mkdir()
+    return root
+
+
+def test_a_host_without_the_plugin_process_has_none(tmp_path):
+    proc = host_processes(tmp_path / "proc", ["/sbin/init"], ["/usr/bin/kubelet", "--v=2"])
+    assert not settle.plugin_runs(str(proc))
+    (proc / "3").mkdir()
+    (proc / "3" / "cmdline").write_bytes(b"/usr/bin/nvidia-device-plugin\0--config-file=x\0")
+    assert settle.plugin_runs(str(proc))
+
+
 def test_no_plugin_running_means_nothing_to_wait_for(tmp_path, capsys):
     """A node deployed before the device plugin chart is installed: a kubelet, no plugin."""
     plan = plan_for(tmp_path, "whole_card")
     want = [f"--want={r}={n}" for r, n in plan.resources.items()]
-    assert not settle.plugin_runs()
-    assert settle.main([f"--dir={tmp_path / 'none'}", *want, "--timeout=0.5"]) == 0
+    proc = host_processes(tmp_path / "proc", ["/usr/bin/kubelet"])
+    args = [f"--dir={tmp_path / 'none'}", *want, "--timeout=0.5", f"--proc={proc}"]
+    assert settle.main(args) == 0
     assert "no nvidia-device-plugin runs on this host" in capsys.readouterr().out

@@ -146,12 +146,15 @@ def main(argv: Sequence[str]) -> int:
         "--want", type=_want, action="append", default=[], help="RESOURCE=COUNT (repeatable)"
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait at most")
+    parser.add_argument(
+        "--proc", default="/proc", help="where the host's processes are listed (default /proc)"
+    )
     try:
         options = parser.parse_args(argv)
     except SystemExit as e:
         return AGENT_EXIT_BAD_INPUT if e.code else 0
     grace = time.monotonic() + min(PLUGIN_GRACE_SECONDS, options.timeout)
-    while not plugin_runs():
+    while not plugin_runs(options.proc):
         if time.monotonic() >= grace:
             print(f"no {DEVICE_PLUGIN_PROGRAM} runs on this host: nothing to wait for")
             return 0

@@ -101,6 +101,11 @@ def unit(node: str) -> str:
         "Description=kubelet (real, gpuprov lab)\n"
         f"After={CONTAINERD_UNIT}\n"
         f"Wants={CONTAINERD_UNIT}\n"
+        # As kubeadm's kubelet.service: no start limit. The kubelet exits while containerd
+        # restarts (a deploy changed its config) and comes back every RestartSec; with systemd's
+        # default limit (5 starts in 10 s) that loop ends in a unit that refuses the deploy's
+        # `systemctl restart` (seen once in CI on a containerd-change deploy).
+        "StartLimitIntervalSec=0\n"
         "\n"
         "[Service]\n"
         # The OOM watcher opens /dev/kmsg, which nspawn does not give a container ("failed to

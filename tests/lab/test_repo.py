@@ -79,8 +79,11 @@ def test_driver_package_brings_nvidia_smi_and_nvml_that_see_the_host_gpus(lab):
         for host in lab.hosts:
             lab.run(
                 host.name,
-                "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "
-                f"{' '.join(DRIVER_PACKAGES)}; rm -rf /tmp/drv /tmp/good /tmp/bad",
+                # Only those installed: apt refuses the whole purge for a name its sources
+                # (here the test's own repository) do not list, such as nvidia-cuda-mps.
+                f"pkgs=$(dpkg-query -W -f '${{Package}} ' {' '.join(DRIVER_PACKAGES)} 2>/dev/null); "
+                "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q $pkgs; "
+                "rm -rf /tmp/drv /tmp/good /tmp/bad",
                 check=False,
             )
     state = json.loads(lab.run("lab-h100-01", "cat /var/lib/nvidia-sim/gpus.json").stdout)
