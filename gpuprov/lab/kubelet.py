@@ -112,7 +112,9 @@ def unit(node: str) -> str:
         # create kubelet: open /dev/kmsg: no such file or directory"); kind links it to the
         # console the same way. Only when none exists: the simulated driver links it to its
         # kernel log (gpuprov/lab/packages/driver/nvidia-sim-kmsg).
-        f"ExecStartPre=/bin/sh -c '[ -e {KERNEL_LOG_PATH} ] || ln -s /dev/console {KERNEL_LOG_PATH}'\n"
+        # -f: a link whose target is gone (the simulated log) is replaced, never an error that
+        # fails the kubelet's start.
+        f"ExecStartPre=/bin/sh -c '[ -e {KERNEL_LOG_PATH} ] || ln -sfn /dev/console {KERNEL_LOG_PATH}'\n"
         f"{binds}"
         f"ExecStart={KUBELET} {' '.join(flags(node))}\n"
         "Restart=always\n"
