@@ -2,9 +2,9 @@
 
     python bench/nvml_inits.py          # prints one JSON object
 
-The probe and the applier are gpuprov's real host-side code (``gpuprov.probe``,
-``gpuprov.agent``) on nvidia-ml-py's own wrappers; only the library below pynvml is the
-simulation (``gpuprov.sim``), which counts each C function called. The host is the lab's MIG
+The probe and the applier are gpuprov's real host-side code (``gpuprov.host.agent.probe``,
+``gpuprov.host.agent``) on nvidia-ml-py's own wrappers; only the library below pynvml is the
+simulation (``gpuprov_lab.sim``), which counts each C function called. The host is the lab's MIG
 host (8 x H100-80GB) and the layout the lab's (3g, 2g, two 1g on every GPU).
 """
 
@@ -17,12 +17,13 @@ import os
 import tempfile
 from pathlib import Path
 
-import gpuprov.sim
-from gpuprov.agent.main import main as agent
-from gpuprov.catalog import find_model
-from gpuprov.contract import MIG_LAYOUT_SCHEMA, SIM_ENV
-from gpuprov.mig.solver import solve
-from gpuprov.sim import state as sim_state
+import gpuprov_lab.sim
+from gpuprov_lab.sim import state as sim_state
+
+from gpuprov.core.catalog import find_model
+from gpuprov.core.mig.solver import solve
+from gpuprov.host.agent.main import main as agent
+from gpuprov.host.contract import MIG_LAYOUT_SCHEMA, SIM_ENV
 
 MODEL, COUNT = "H100-80GB", 8
 LAYOUT = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
@@ -42,14 +43,14 @@ def _run(argv: list[str], libraries: list) -> dict[str, int]:
 
 def measure() -> dict[str, dict[str, int]]:
     libraries: list = []
-    install = gpuprov.sim.install
+    install = gpuprov_lab.sim.install
 
     def counting_install(path: str):
         library = install(path)
         libraries.append(library)
         return library
 
-    gpuprov.sim.install = counting_install
+    gpuprov_lab.sim.install = counting_install
     with tempfile.TemporaryDirectory() as tmp:
         state_path = Path(tmp) / "gpus.json"
         host = sim_state.new_state(MODEL, COUNT, seed="bench")

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from gpuprov.inventory import load
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.plan import build
 
 LAYOUTS = [
     {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},

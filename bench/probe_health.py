@@ -7,7 +7,7 @@ Three measurements:
   8 x H100-80GB host, reading this machine's real ``/dev/kmsg``: CPU time (user + system) of
   the child process, median of ``--repeat`` alternating runs. The simulated driver reads its
   state file on every NVML call, so the NVML part is an upper bound of the real driver's cost;
-- the kernel log read alone (``gpuprov.health.kernel_log.read``): on this machine's
+- the kernel log read alone (``gpuprov.host.health.kernel_log.read``): on this machine's
   ``/dev/kmsg``, and on a file at the read limit (KERNEL_LOG_MAX_BYTES of kmsg records, one in a
   hundred an XID), the worst a host can cost;
 - the NVML calls ``--health`` adds per probe (counted by the simulated library).
@@ -28,12 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import gpuprov.sim
-from gpuprov.agent.bundle import write_bundle
-from gpuprov.contract import KERNEL_LOG_MAX_BYTES, KERNEL_LOG_PATH, SIM_ENV
-from gpuprov.health import kernel_log
-from gpuprov.probe import probe
-from gpuprov.sim import state as sim_state
+import gpuprov_lab.sim
+from gpuprov_lab.sim import state as sim_state
+
+from gpuprov.controller.bundle import write_bundle
+from gpuprov.host.agent.probe import probe
+from gpuprov.host.contract import KERNEL_LOG_MAX_BYTES, KERNEL_LOG_PATH, SIM_ENV
+from gpuprov.host.health import kernel_log
 
 MODEL, COUNT = "H100-80GB", 8
 
@@ -94,13 +95,13 @@ def nvml_calls(tmp: Path) -> dict[str, int]:
     sim_state.write_new(str(state), sim_state.new_state(MODEL, COUNT, seed="bench"))
     os.environ[SIM_ENV] = str(state)
     libraries: list = []
-    install = gpuprov.sim.install
+    install = gpuprov_lab.sim.install
 
     def counting(path: str):
         libraries.append(install(path))
         return libraries[-1]
 
-    gpuprov.sim.install = counting
+    gpuprov_lab.sim.install = counting
     try:
         out = {}
         for name, health in (("probe", False), ("probe --health", True)):
@@ -109,7 +110,7 @@ def nvml_calls(tmp: Path) -> dict[str, int]:
             out[name] = sum(libraries[-1].calls.values())
         return out
     finally:
-        gpuprov.sim.install = install
+        gpuprov_lab.sim.install = install
 
 
 def main() -> int:

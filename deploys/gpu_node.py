@@ -11,10 +11,10 @@ keepalives, so a stuck step or a vanished host fails that host, named, and the r
 
 from pyinfra import host, state
 
-from gpuprov import keepalive
-from gpuprov.deploys import progress
-from gpuprov.deploys.cluster import cluster_plan
-from gpuprov.deploys.gpu_node import gpu_node
+from gpuprov.controller import keepalive
+from gpuprov.controller.deploys import progress
+from gpuprov.controller.deploys.gpu_node import gpu_node
+from gpuprov.controller.deploys.inventory_plan import cluster_plan
 
 _plan = cluster_plan(state)
 progress.watch(state)

@@ -11,7 +11,7 @@ Settings common to every lab host (SSH, the lab's apt repositories, versions) ar
 group_data/lab.py, the group pyinfra names after this file.
 """
 
-from gpuprov.lab.inventory import hosts
+from gpuprov_lab.inventory import hosts
 
 # Time-sliced: each GPU advertised 4 times as nvidia.com/gpu.shared.
 shared = (hosts("shared"), {"time_slicing_replicas": 4})

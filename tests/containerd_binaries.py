@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.agent import containerd_state
-from gpuprov.contract import containerd_drop_in_path
-from gpuprov.hostfiles import containerd as hostfile
+from gpuprov.core.hostfiles import containerd as hostfile
+from gpuprov.host import containerd_state
+from gpuprov.host.contract import containerd_drop_in_path
 
 ROOT = Path(__file__).resolve().parents[1]
 # GPUPROV_SHARED names another checkout's shared directory (a git worktree has none beside it).

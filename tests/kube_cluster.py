@@ -1,6 +1,6 @@
 """The lab's real control plane (etcd + kube-apiserver) for tests, started once per session.
 
-The binaries come from ``gpuprov.lab.kubebuild``: ``.ci/run`` builds them before the tests, and
+The binaries come from ``gpuprov_lab.kubebuild``: ``.ci/run`` builds them before the tests, and
 the first test that needs them builds them when they are missing. Only a machine without Go
 skips these tests (saying so), and not under CI, where that is a failure: a test that skips in
 CI tests nothing.
@@ -15,9 +15,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from gpuprov.lab import kubebuild
-from gpuprov.lab.controlplane import ControlPlane
+from gpuprov_lab import kubebuild
+from gpuprov_lab.controlplane import ControlPlane
 
 NEEDED = ("etcd", "kube-apiserver", "kubectl")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuprov.inventory import load
-from gpuprov.plan import HostPlan, build
+from gpuprov.controller.inventory import load
+from gpuprov.core.plan import HostPlan, build
 
 
 def plan_for(tmp_path: Path, mode: str, **data) -> HostPlan:

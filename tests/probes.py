@@ -9,8 +9,10 @@ import json
 import socket
 from pathlib import Path
 
-from gpuprov.compare import wanted_files
-from gpuprov.contract import (
+from gpuprov.core.checks.host import wanted_files
+from gpuprov.core.hostfiles import device_plugin, kubelet, mig_layout, mig_unit, mps_root
+from gpuprov.core.plan import HostPlan
+from gpuprov.host.contract import (
     CRI_PLUGIN,
     KUBELET_DEVICE_PLUGIN_DIR,
     KUBELET_SOCKET_NAME,
@@ -22,8 +24,6 @@ from gpuprov.contract import (
     containerd_drop_in_path,
     device_plugin_socket,
 )
-from gpuprov.hostfiles import device_plugin, kubelet, mig_layout, mig_unit, mps_root
-from gpuprov.plan import HostPlan
 from tests import containerd_states
 
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -1,4 +1,4 @@
-"""Test helpers: a simulated host (``gpuprov.sim``) and pynvml pointed at it, then put back."""
+"""Test helpers: a simulated host (``gpuprov_lab.sim``) and pynvml pointed at it, then put back."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
-
-from gpuprov.sim import state
+from gpuprov_lab.sim import state
 
 
 def new_host(
@@ -34,7 +33,7 @@ def edit(path: str) -> contextlib.AbstractContextManager[state.State]:
 
 
 def isolate_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Undo ``gpuprov.sim.install`` after the test: no library, empty function cache."""
+    """Undo ``gpuprov_lab.sim.install`` after the test: no library, empty function cache."""
     monkeypatch.setattr(pynvml, "nvmlLib", None)
     monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
 
@@ -56,7 +55,7 @@ def carve(path: str, layouts: dict[int, list[tuple[int, list[int]]]]) -> None:
     """
     saved, cache = pynvml.nvmlLib, dict(pynvml._nvmlGetFunctionPointer_cache)
     pynvml.nvmlLib, pynvml._nvmlGetFunctionPointer_cache = None, {}
-    from gpuprov.sim import install
+    from gpuprov_lab.sim import install
 
     install(path)
     try:

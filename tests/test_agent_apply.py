@@ -1,7 +1,7 @@
 """The host-side MIG applier, through nvidia-ml-py's real wrappers against the simulated driver.
 
 Each test gets its own simulated host (a state file in tmp_path). ``nvidia-smi`` on PATH is the
-simulation's (``gpuprov.sim.smi``); ``systemctl`` on PATH is a tiny stand-in for systemd whose
+simulation's (``gpuprov_lab.sim.smi``); ``systemctl`` on PATH is a tiny stand-in for systemd whose
 units, while active, hold the GPUs named in the state's ``held_by`` (stopping one releases them).
 """
 
@@ -15,15 +15,16 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import gpuprov_lab.sim
 import pytest
+from gpuprov_lab.sim import state as sim_state
 
-import gpuprov.sim
-from gpuprov.agent import apply, gpu_holders
-from gpuprov.agent.layout import load as load_layout
-from gpuprov.agent.main import main
-from gpuprov.catalog import find_model
-from gpuprov.mig.solver import solve
-from gpuprov.sim import state as sim_state
+from gpuprov.core.catalog import find_model
+from gpuprov.core.mig.solver import solve
+from gpuprov.host import gpu_holders
+from gpuprov.host.agent.main import main
+from gpuprov.host.mig import apply
+from gpuprov.host.mig.layout import load as load_layout
 
 A100 = find_model("A100-80GB")
 
@@ -31,7 +32,7 @@ A100 = find_model("A100-80GB")
 # takes the unit out of those GPUs' held_by (the client closed the device), a start puts it back.
 SYSTEMCTL = """\
 import json, os, sys
-from gpuprov.sim import state
+from gpuprov_lab.sim import state
 verb, unit = [a for a in sys.argv[1:] if not a.startswith("-")]
 units_path = os.environ["FAKE_SYSTEMD_UNITS"]
 with open(units_path + ".log", "a") as log:
@@ -142,7 +143,7 @@ def host(tmp_path, monkeypatch, capsys) -> Host:
     _script(
         bin_dir / "nvidia-smi",
         f'#!/bin/sh\necho "$*" >> {tmp_path}/nvidia-smi.log\n'
-        f'exec {sys.executable} -m gpuprov.sim.smi "$@"\n',
+        f'exec {sys.executable} -m gpuprov_lab.sim.smi "$@"\n',
     )
     _script(bin_dir / "systemctl", f"#!{sys.executable}\n{SYSTEMCTL}")
     (tmp_path / "units.json").write_text("{}")
@@ -151,14 +152,14 @@ def host(tmp_path, monkeypatch, capsys) -> Host:
     monkeypatch.setenv("FAKE_SYSTEMD_UNITS", str(tmp_path / "units.json"))
     made = Host(tmp_path, state_path, capsys)
 
-    class RecordingNvml(gpuprov.sim.SimulatedNvml):
+    class RecordingNvml(gpuprov_lab.sim.SimulatedNvml):
         """The simulated library, remembered so a test can count the C calls of a run."""
 
         def __init__(self, path: str):
             super().__init__(path)
             made.libs.append(self)
 
-    monkeypatch.setattr(gpuprov.sim, "SimulatedNvml", RecordingNvml)
+    monkeypatch.setattr(gpuprov_lab.sim, "SimulatedNvml", RecordingNvml)
     return made
 
 

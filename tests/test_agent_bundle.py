@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpuprov_lab.packages import sim_payload
+from gpuprov_lab.sim import state as sim_state
 
-from gpuprov.agent import bundle, zipmain
-from gpuprov.catalog import find_model
-from gpuprov.contract import SIM_PYTHON_ENV
-from gpuprov.lab.packages import sim_payload
-from gpuprov.mig.solver import solve
-from gpuprov.sim import state as sim_state
+from gpuprov.controller import bundle
+from gpuprov.core.catalog import find_model
+from gpuprov.core.mig.solver import solve
+from gpuprov.host.agent import zipmain
+from gpuprov.host.contract import SIM_PYTHON_ENV
 
 
 def test_two_builds_give_the_same_bytes():
@@ -29,43 +30,26 @@ def test_two_builds_give_the_same_bytes():
     assert bundle.build_bundle.__wrapped__() == bundle.build_bundle.__wrapped__()
 
 
-def test_entries_are_sorted_with_fixed_times_and_only_host_side_modules():
+def test_entries_are_sorted_with_fixed_times_and_exactly_the_host_package():
     archive = zipfile.ZipFile(io.BytesIO(bundle.build_bundle()))
     names = archive.namelist()
     assert names == sorted(names)
     assert {i.date_time for i in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
-    agent = sorted(f"gpuprov/agent/{p.name}" for p in Path(bundle.__file__).parent.glob("*.py"))
-    health = [
-        f"gpuprov/health/{p.name}"
-        for p in (Path(bundle.__file__).parents[1] / "health").glob("*.py")
-    ]
-    assert names == sorted(
-        [
-            "__main__.py",
-            "pynvml.py",
-            "gpuprov/__init__.py",
-            "gpuprov/contract.py",
-            "gpuprov/findings.py",
-            "gpuprov/gpu_clients.py",
-            "gpuprov/kubelet_checkpoint.py",
-            "gpuprov/probe.py",
-            *agent,
-            *health,
-            "gpuprov/hostfiles/__init__.py",
-            "gpuprov/hostfiles/mig_layout.py",
-            "gpuprov/mig/__init__.py",
-            "gpuprov/mig/diff.py",
-            "gpuprov/mig/instance.py",
-        ]
+    package = Path(bundle.__file__).parents[1]
+    host = sorted(
+        p.relative_to(package.parent).as_posix()
+        for p in (package / "host").rglob("*.py")
+        if "__pycache__" not in p.parts
     )
+    assert names == sorted(["__main__.py", "pynvml.py", "gpuprov/__init__.py", *host])
     assert archive.read("__main__.py") == Path(zipmain.__file__).read_bytes()
 
 
 def test_production_hosts_get_no_simulator_and_no_catalog():
     names = zipfile.ZipFile(io.BytesIO(bundle.build_bundle())).namelist()
 
-    assert [n for n in names if n.startswith("gpuprov/sim/")] == []
-    assert [n for n in names if n.startswith("gpuprov/catalog/") or n.endswith(".yaml")] == []
+    assert [n for n in names if n.startswith("gpuprov_lab/")] == []
+    assert [n for n in names if n.startswith("gpuprov/core/catalog/") or n.endswith(".yaml")] == []
 
 
 def test_the_bundled_pynvml_is_the_installed_nvidia_ml_py():
@@ -90,7 +74,7 @@ def test_a_module_importing_a_non_host_package_is_refused():
     files = {
         "gpuprov/agent/x.py": b"import click\n",
         "gpuprov/agent/y.py": b"import yaml\n",
-        "gpuprov/agent/z.py": b"from gpuprov.mig import solver\n",
+        "gpuprov/agent/z.py": b"from gpuprov.core.mig import solver\n",
     }
     for name, source in files.items():
         with pytest.raises(bundle.BundleError, match=f"{name} imports"):
@@ -99,7 +83,7 @@ def test_a_module_importing_a_non_host_package_is_refused():
     bundle._check_imports(
         {
             "gpuprov/agent/x.py": b"import json\nimport pynvml\nfrom typing import TYPE_CHECKING\n"
-            b"if TYPE_CHECKING:\n    from gpuprov.plan import HostPlan\n"
+            b"if TYPE_CHECKING:\n    from gpuprov.core.plan import HostPlan\n"
         }
     )
 
@@ -121,7 +105,7 @@ def run_isolated(
     paths = [str(agent)] + ([str(extra_path)] if extra_path else [])
     code = (
         f"import sys; sys.path[:0] = {paths!r}\n"
-        "from gpuprov.agent.main import main\n"
+        "from gpuprov.host.agent.main import main\n"
         "code = main(sys.argv[1:])\n"
         "import pynvml, gpuprov\n"
         f"assert pynvml.__file__.startswith({str(agent)!r})\n"

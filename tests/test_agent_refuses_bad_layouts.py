@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
+from gpuprov_lab.sim import state as sim_state
 
-from gpuprov.agent.main import main
-from gpuprov.catalog import find_model
-from gpuprov.contract import AGENT_EXIT_BAD_INPUT, MIG_LAYOUT_SCHEMA, SIM_ENV
-from gpuprov.mig.solver import solve
-from gpuprov.sim import state as sim_state
+from gpuprov.core.catalog import find_model
+from gpuprov.core.mig.solver import solve
+from gpuprov.host.agent.main import main
+from gpuprov.host.contract import AGENT_EXIT_BAD_INPUT, MIG_LAYOUT_SCHEMA, SIM_ENV
 from tests.simulated import isolate_pynvml
 
 

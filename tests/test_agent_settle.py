@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.agent import settle
-from gpuprov.agent.main import main as agent_main
+from gpuprov.host.agent.main import main as agent_main
+from gpuprov.host.kubelet import settle
 from tests.plans import plan_for
 from tests.probes import kubelet_directory
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuprov import catalog
+from gpuprov.core import catalog
 
 # tests/data/mig_profiles.reference.yaml: the research notes (with their public sources) the
 # catalog was compiled from.

@@ -7,10 +7,10 @@ from importlib import resources
 import pytest
 import yaml
 
-from gpuprov import catalog
-from gpuprov.mig.solver import solve
+from gpuprov.core import catalog
+from gpuprov.core.mig.solver import solve
 
-RAW = yaml.safe_load(resources.files("gpuprov.catalog").joinpath("gpus.yaml").read_text())
+RAW = yaml.safe_load(resources.files("gpuprov.core.catalog").joinpath("gpus.yaml").read_text())
 
 
 @pytest.mark.parametrize(

@@ -10,16 +10,16 @@ import sys
 import textwrap
 
 import pytest
+from gpuprov_lab.sim import state as sim_state
 from plans import plan_for
 from probes import matching_probe
 
 from gpuprov.cli.verify import hosts_summary, verify_report
-from gpuprov.compare import compare, wanted_files
-from gpuprov.contract import MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
-from gpuprov.findings import Finding
-from gpuprov.plan import HostPlan
-from gpuprov.sim import state as sim_state
-from gpuprov.verify import unreachable
+from gpuprov.controller.readback import unreachable
+from gpuprov.core.checks.host import compare, wanted_files
+from gpuprov.core.findings import Finding
+from gpuprov.core.plan import HostPlan
+from gpuprov.host.contract import MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
 from tests import containerd_states
 from tests.probes import kubelet_devices, kubelet_directory
 
@@ -627,7 +627,7 @@ def test_report_statuses_and_summary(shared):
 
 def smi(state, *args: str) -> None:
     subprocess.run(
-        [sys.executable, "-m", "gpuprov.sim.smi", *args],
+        [sys.executable, "-m", "gpuprov_lab.sim.smi", *args],
         check=True,
         capture_output=True,
         env={**os.environ, SIM_ENV: str(state)},
@@ -670,7 +670,7 @@ def generated(tmp_path, mode: str, **data):
         argv += [a for pattern in wanted.globs for a in ("--glob", pattern)]
         argv += ["--kubelet-devices", str(root / "device-plugins")]
         out = subprocess.run(
-            [sys.executable, "-m", "gpuprov.probe", *argv],
+            [sys.executable, "-m", "gpuprov.host.agent.probe", *argv],
             check=True,
             capture_output=True,
             text=True,

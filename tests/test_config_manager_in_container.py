@@ -24,6 +24,15 @@ from pathlib import Path
 import kube_cluster
 import pytest
 import test_kubelet_in_container
+from gpuprov_lab import base as lab_base
+from gpuprov_lab import kubebuild
+from gpuprov_lab import kubelet_unit as kubelet
+from gpuprov_lab import plugin_service as device_plugin
+from gpuprov_lab.controlplane import ControlPlane, node_identity
+from gpuprov_lab.errors import LabError
+from gpuprov_lab.sim import state
+from gpuprov_lab.sim.caps import mig_minors
+from gpuprov_lab.sim.libnvml import build as libnvml
 from test_kubelet_in_container import (
     ADVERTISE_TIMEOUT,
     NODE,
@@ -35,22 +44,15 @@ from test_kubelet_in_container import (
 )
 from upstream import shared_bin, upstream_binary
 
-from gpuprov.contract import (
+from gpuprov.controller.inventory import load
+from gpuprov.core.cluster.manifests import render
+from gpuprov.core.plan import build
+from gpuprov.host.contract import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIG_PATH,
     DEVICE_PLUGIN_DEFAULT_CONFIG,
     SIM_STATE_PATH,
 )
-from gpuprov.inventory import load
-from gpuprov.kube.manifests import render
-from gpuprov.lab import base as lab_base
-from gpuprov.lab import device_plugin, kubebuild, kubelet
-from gpuprov.lab.controlplane import ControlPlane, node_identity
-from gpuprov.lab.errors import LabError
-from gpuprov.plan import build
-from gpuprov.sim import state
-from gpuprov.sim.caps import mig_minors
-from gpuprov.sim.libnvml import build as libnvml
 from inventories import write_inventory
 
 # The container's node time-slices two A100s 4 ways; another host holds whole cards, so the

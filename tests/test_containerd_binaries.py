@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from gpuprov.contract import NVIDIA_RUNTIME_BINARY, containerd_drop_in_path
-from gpuprov.hostfiles import containerd as hostfile
-from gpuprov.hostfiles.documents import dig, parse
-from gpuprov.operations.containerd import candidate_dump_command, candidate_path
-from gpuprov.operations.files import temp_path
+from gpuprov.controller.operations.containerd import candidate_dump_command, candidate_path
+from gpuprov.controller.operations.files import temp_path
+from gpuprov.core.hostfiles import containerd as hostfile
+from gpuprov.core.hostfiles.documents import dig, parse
+from gpuprov.host.contract import NVIDIA_RUNTIME_BINARY, containerd_drop_in_path
 from tests.containerd_binaries import (
     debian_containerd,
     running_containerd,

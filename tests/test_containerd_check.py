@@ -9,10 +9,10 @@ import os
 import pytest
 import tomlkit
 
-from gpuprov.hostfiles import containerd as hostfile
-from gpuprov.hostfiles.documents import deep_merge, dig, parse
-from gpuprov.inventory import load
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.hostfiles import containerd as hostfile
+from gpuprov.core.hostfiles.documents import deep_merge, dig, parse
+from gpuprov.core.plan import build
 from tests.containerd_binaries import (
     debian_containerd,
     node_main,

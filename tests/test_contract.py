@@ -1,5 +1,5 @@
 """The host contract is defined once: every host path, schema name, environment variable and
-file name of gpuprov/contract.py appears as a literal only there; the rest of the code imports it.
+file name of gpuprov/host/contract.py appears as a literal only there; the rest of the code imports it.
 """
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import ast
 import re
 from pathlib import Path
 
-from gpuprov import contract
+from gpuprov.host import contract
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = [
     p
-    for top in ("gpuprov", "deploys", "bench")
+    for top in ("gpuprov", "lab", "deploys", "bench")
     for p in sorted((ROOT / top).rglob("*.py"))
-    if p != ROOT / "gpuprov" / "contract.py"
+    if p != Path(contract.__file__)
 ]
 # Literals that name a piece of the contract unambiguously: paths, schemas, variables, file names.
 _DISTINCT = re.compile(

@@ -18,10 +18,10 @@ import tomlkit
 from click.testing import CliRunner
 from pyinfra_cli.main import cli
 
-from gpuprov.agent import containerd_state
-from gpuprov.catalog import find_model
-from gpuprov.hostfiles.containerd import render_files
-from gpuprov.hostfiles.documents import parse
+from gpuprov.core.catalog import find_model
+from gpuprov.core.hostfiles.containerd import render_files
+from gpuprov.core.hostfiles.documents import parse
+from gpuprov.host import containerd_state
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = "deploys/gpu_node.py"

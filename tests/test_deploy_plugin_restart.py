@@ -18,11 +18,11 @@ import pytest
 from click.testing import CliRunner
 from pyinfra_cli.main import cli
 
-from gpuprov.catalog import find_model
-from gpuprov.hostfiles import device_plugin
-from gpuprov.hostfiles import kubelet as kubelet_file
-from gpuprov.inventory import load
-from gpuprov.plan import HostPlan, build
+from gpuprov.controller.inventory import load
+from gpuprov.core.catalog import find_model
+from gpuprov.core.hostfiles import device_plugin
+from gpuprov.core.hostfiles import kubelet as kubelet_file
+from gpuprov.core.plan import HostPlan, build
 from tests.probes import matching_probe
 from tests.test_deploy_fake import CONTAINERD_STATE, containerd_responses
 

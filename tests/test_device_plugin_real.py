@@ -25,15 +25,15 @@ from pathlib import Path
 
 import pynvml
 import pytest
+from gpuprov_lab.sim import install
+from gpuprov_lab.sim.caps import mig_minors
+from gpuprov_lab.sim.libnvml import build
 from plans import plan_for
 from simulated import carve, initialized, isolate_pynvml, new_host
 from upstream import upstream_binary
 
-from gpuprov.contract import SIM_ENV, SIM_MIG_MINORS_PATH
-from gpuprov.hostfiles import device_plugin
-from gpuprov.sim import install
-from gpuprov.sim.caps import mig_minors
-from gpuprov.sim.libnvml import build
+from gpuprov.core.hostfiles import device_plugin
+from gpuprov.host.contract import SIM_ENV, SIM_MIG_MINORS_PATH
 
 STUB = Path(__file__).parent / "kubelet_stub.py"
 TIMEOUT = 30

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from gpuprov.contract import DOCKER_DAEMON_PATH
-from gpuprov.hostfiles import docker as daemon_file
-from gpuprov.inventory import load
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.hostfiles import docker as daemon_file
+from gpuprov.core.plan import build
+from gpuprov.host.contract import DOCKER_DAEMON_PATH
 
 KUBEADM_NODE = {
     "exec-opts": ["native.cgroupdriver=systemd"],

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import hashlib
 
-from gpuprov.contract import DRIVER_REPO, OS_RELEASE_PATH, apt_source_path
-from gpuprov.deploys import driver, versions
-from gpuprov.deploys.view import HostView
-from gpuprov.inventory import load
-from gpuprov.plan import build
+from gpuprov.controller.deploys import driver, versions
+from gpuprov.controller.deploys.view import HostView
+from gpuprov.controller.inventory import load
+from gpuprov.core.plan import build
+from gpuprov.host.contract import DRIVER_REPO, OS_RELEASE_PATH, apt_source_path
 
 DEBIAN = "ID=debian\nVERSION_CODENAME=bookworm\n"
 BOOKWORM, BACKPORTS = "535.261.03-1", "535.216.03-2~bpo12+1"

@@ -14,13 +14,13 @@ import subprocess
 from types import SimpleNamespace
 
 import pytest
+from gpuprov_lab.base import mirror
 
-from gpuprov.contract import APT_PIN_PATH
-from gpuprov.facts.packages import parse_packages
-from gpuprov.hostfiles import apt_preferences
-from gpuprov.lab.base import mirror
-from gpuprov.operations.packages import install_specs, resolution, targets
-from gpuprov.packaging.profiles import driver_packages, profile
+from gpuprov.controller.facts.packages import parse_packages
+from gpuprov.controller.operations.packages import install_specs, resolution, targets
+from gpuprov.core.hostfiles import apt_preferences
+from gpuprov.core.packaging.profiles import driver_packages, profile
+from gpuprov.host.contract import APT_PIN_PATH
 
 HOST = "controller"
 DEBIAN = "/usr/share/keyrings/debian-archive-keyring.gpg"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import subprocess
 
-from gpuprov.facts.files import FileStates
-from gpuprov.facts.managed import ManagedState
-from gpuprov.facts.packages import PackageStates
+from gpuprov.controller.facts.files import FileStates
+from gpuprov.controller.facts.managed import ManagedState
+from gpuprov.controller.facts.packages import PackageStates
 
 
 def run(command: str) -> list[str]:

@@ -1,5 +1,5 @@
-"""Who holds the GPUs and what blocks a reset: the pure rules (``gpuprov.gpu_clients``) and the
-``/proc`` reading on the host (``gpuprov.agent.gpu_holders``), the latter on real processes."""
+"""Who holds the GPUs and what blocks a reset: the pure rules (``gpuprov.host.gpu_clients``) and the
+``/proc`` reading on the host (``gpuprov.host.gpu_holders``), the latter on real processes."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.agent import gpu_holders
-from gpuprov.contract import GPU_CLIENT_UNITS
-from gpuprov.gpu_clients import MAX_NAMED, Holder, blocked_message, blocking, owner, to_stop
-from gpuprov.variables import VARIABLES, suggest
+from gpuprov.core.variables import VARIABLES, suggest
+from gpuprov.host import gpu_holders
+from gpuprov.host.contract import GPU_CLIENT_UNITS
+from gpuprov.host.gpu_clients import MAX_NAMED, Holder, blocked_message, blocking, owner, to_stop
 
 CONTAINER = "0123456789abcdef" * 4
 

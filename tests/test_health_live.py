@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
+from gpuprov_lab.sim import admin
 from pyinfra.connectors.local import LocalConnector
 from test_verify import host  # noqa: F401 - the simulated MIG host fixture
 
 from gpuprov.cli import main
-from gpuprov.sim import admin
 
 
 def test_health_is_read_in_the_one_probe_command_and_fails_the_host(host, monkeypatch):  # noqa: F811

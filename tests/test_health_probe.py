@@ -10,15 +10,15 @@ import threading
 
 import pytest
 from click.testing import CliRunner
+from gpuprov_lab.sim import admin
+from gpuprov_lab.sim import kernel_log as sim_kernel_log
 from simulated import carve, isolate_pynvml, new_host
 
-from gpuprov import probe
 from gpuprov.cli import main
-from gpuprov.contract import SIM_ENV
-from gpuprov.health import kernel_log as host_kernel_log
-from gpuprov.probe_document import schema_problems
-from gpuprov.sim import admin
-from gpuprov.sim import kernel_log as sim_kernel_log
+from gpuprov.core.checks.probe_document import schema_problems
+from gpuprov.host.agent import probe
+from gpuprov.host.contract import SIM_ENV
+from gpuprov.host.health import kernel_log as host_kernel_log
 
 ROW_REMAPPING_MODELS = ["A100-80GB", "H100-80GB", "H200-141GB"]
 

@@ -8,16 +8,16 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from gpuprov_lab.sim import admin
+from gpuprov_lab.sim import kernel_log as sim_kernel_log
 from plans import plan_for
 from probes import matching_probe
 from simulated import isolate_pynvml, new_host
 
-from gpuprov import probe
 from gpuprov.cli import main
-from gpuprov.compare import compare
-from gpuprov.contract import SIM_ENV
-from gpuprov.sim import admin
-from gpuprov.sim import kernel_log as sim_kernel_log
+from gpuprov.core.checks.host import compare
+from gpuprov.host.agent import probe
+from gpuprov.host.contract import SIM_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprov.contract import (
+from gpuprov.controller.inventory import load
+from gpuprov.core.hostfiles import apt_preferences, apt_source, nouveau_blacklist
+from gpuprov.core.plan import build
+from gpuprov.host.contract import (
     APT_PIN_PATH,
     DRIVER_REPO,
     NOUVEAU_BLACKLIST_PATH,
     OS_RELEASE_PATH,
     TOOLKIT_REPO,
 )
-from gpuprov.hostfiles import apt_preferences, apt_source, nouveau_blacklist
-from gpuprov.inventory import load
-from gpuprov.plan import build
 
 ARMORED = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZ0lab\n-----END PGP PUBLIC KEY BLOCK-----\n"
 DEBIAN = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n'

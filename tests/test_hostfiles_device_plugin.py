@@ -12,7 +12,7 @@ import pytest
 from plans import plan_for
 from upstream import upstream_binary
 
-from gpuprov.hostfiles import device_plugin
+from gpuprov.core.hostfiles import device_plugin
 
 DEFAULT_PATH = "/etc/nvidia/device-plugin/config.yaml"
 OTHER_PATH = "/opt/k8s/nvidia/plugin config.yaml"

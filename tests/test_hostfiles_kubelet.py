@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from plans import plan_for
 
-from gpuprov.hostfiles import kubelet
+from gpuprov.core.hostfiles import kubelet
 
 MAIN = "/var/lib/kubelet/config.yaml"
 DROP_INS = "/etc/kubernetes/kubelet.conf.d"

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuprov.agent import layout as agent_layout
-from gpuprov.contract import MIG_LAYOUT_PATH, MIG_UNIT_PATH
-from gpuprov.hostfiles import mig_layout, mig_unit
-from gpuprov.inventory import load
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.hostfiles import mig_layout, mig_unit
+from gpuprov.core.plan import build
+from gpuprov.host.contract import MIG_LAYOUT_PATH, MIG_UNIT_PATH
+from gpuprov.host.mig import layout as agent_layout
 
 NON_DEFAULT = {
     "gpu_clients": ["dcgm-exporter", "my-inference.service"],

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from plans import plan_for
 
-from gpuprov.contract import MPS_TMPFILES_PATH
-from gpuprov.hostfiles import mps_root
-from gpuprov.probe import read_files
+from gpuprov.core.hostfiles import mps_root
+from gpuprov.host.contract import MPS_TMPFILES_PATH
+from gpuprov.host.files import read_files
 
 ROOT = "/run/nvidia/mps"
 DIRECTORY = {"error": "not a regular file (directory)"}

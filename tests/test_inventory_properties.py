@@ -14,11 +14,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuprov.contract import MODES
-from gpuprov.errors import InputError
-from gpuprov.inventory import load
-from gpuprov.plan import build
-from gpuprov.variables import VARIABLES
+from gpuprov.controller.inventory import load
+from gpuprov.core.errors import InputError
+from gpuprov.core.plan import build
+from gpuprov.core.variables import VARIABLES
+from gpuprov.host.contract import MODES
 
 BOUNDED = settings(
     max_examples=60,

@@ -1,5 +1,5 @@
 """`gpuprov kube apply` against a real kube-apiserver (etcd, client certificates, RBAC) with the
-real kubectl of the same version (both built by gpuprov.lab.kubebuild).
+real kubectl of the same version (both built by gpuprov_lab.kubebuild).
 
 No kubelet runs: each Node object is made as an admin would make one by hand (client-side
 ``kubectl apply``, which leaves ``kubectl.kubernetes.io/last-applied-configuration``), with a
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from gpuprov_lab import kubebuild
+from gpuprov_lab.controlplane import Identity
 from kube_cluster import control_plane
 
 from gpuprov.cli import main
-from gpuprov.lab import kubebuild
-from gpuprov.lab.controlplane import Identity
 from inventories import write_inventory
 
 NAMESPACE = "nvidia-device-plugin"

@@ -18,9 +18,9 @@ import sys
 import pytest
 import yaml
 from click.testing import CliRunner
+from gpuprov_lab import kubebuild
 
 from gpuprov.cli import main
-from gpuprov.lab import kubebuild
 from inventories import write_inventory
 
 FAKE_KUBECTL = f"""\
@@ -285,7 +285,7 @@ def test_the_cluster_refusing_is_exit_1_with_kubectls_reason(kubectl, setup, mon
 
 @pytest.fixture
 def real_kubectl(monkeypatch):
-    """The pinned kubectl the lab builds (gpuprov.lab.kubebuild) first on PATH, built if missing;
+    """The pinned kubectl the lab builds (gpuprov_lab.kubebuild) first on PATH, built if missing;
     a machine without it and without Go falls back to its own kubectl."""
     binaries = kubebuild.binaries()
     if not binaries["kubectl"].is_file() and shutil.which("go"):

@@ -18,7 +18,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 
-from gpuprov.operations.kube import drained, uncordoned
+from gpuprov.controller.operations.kube import drained, uncordoned
 
 KUBECTL = textwrap.dedent("""\
     #!/bin/sh

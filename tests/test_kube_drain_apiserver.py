@@ -11,11 +11,11 @@ import json
 import os
 
 import pytest
+from gpuprov_lab.controlplane import node_identity
 from kube_cluster import bound_pod, control_plane, node
 from test_kube_drain import run
 
-from gpuprov.lab.controlplane import node_identity
-from gpuprov.operations.kube import drained, uncordoned
+from gpuprov.controller.operations.kube import drained, uncordoned
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import yaml
 from click.testing import CliRunner
 
 from gpuprov.cli import main
-from gpuprov.contract import NPD_CONFIGMAP_KEY
-from gpuprov.health import xid
-from gpuprov.kube import npd
+from gpuprov.core.cluster import npd
+from gpuprov.host.contract import NPD_CONFIGMAP_KEY
+from gpuprov.host.health import xid
 
 EXAMPLE = json.loads((Path(__file__).parent / "data" / "npd" / "kernel-monitor.json").read_text())
 

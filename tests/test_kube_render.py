@@ -15,12 +15,12 @@ from click.testing import CliRunner
 from upstream import upstream_binary
 
 from gpuprov.cli import main
-from gpuprov.hostfiles import device_plugin as host_file
-from gpuprov.inventory import load
-from gpuprov.kube.device_plugin import host_config
-from gpuprov.kube.manifests import render
-from gpuprov.kube.nodes import node_change
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.cluster.manifests import render
+from gpuprov.core.cluster.nodes import node_change
+from gpuprov.core.cluster.plugin_configs import host_config
+from gpuprov.core.hostfiles import device_plugin as host_file
+from gpuprov.core.plan import build
 from inventories import write_inventory
 
 # Every kind of device plugin config the planner makes.

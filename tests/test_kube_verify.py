@@ -1,4 +1,4 @@
-"""The cluster side of `gpuprov verify`: plan + Node objects -> findings (gpuprov.kube.verify).
+"""The cluster side of `gpuprov verify`: plan + Node objects -> findings (gpuprov.core.cluster.compare).
 
 Node objects here are written as the API server lists them (``kubectl get nodes -o json``);
 tests/test_kube_verify_apiserver.py runs the same comparison against a real API server.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprov.inventory import load
-from gpuprov.kube.manifests import DEFAULT_NAMESPACE, render
-from gpuprov.kube.verify import api_unreachable, compare_nodes, count
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.cluster.compare import api_unreachable, compare_nodes, count
+from gpuprov.core.cluster.manifests import DEFAULT_NAMESPACE, render
+from gpuprov.core.plan import build
 from inventories import write_inventory
 
 INVENTORY = """\

@@ -10,11 +10,11 @@ import yaml
 from click.testing import CliRunner
 
 from gpuprov.cli import main
-from gpuprov.inventory import load
-from gpuprov.kube.manifests import DEFAULT_NAMESPACE, NodeState, render
-from gpuprov.kube.nodes import node_change
-from gpuprov.kube.verify import compare_nodes
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.cluster.compare import compare_nodes
+from gpuprov.core.cluster.manifests import DEFAULT_NAMESPACE, NodeState, render
+from gpuprov.core.cluster.nodes import node_change
+from gpuprov.core.plan import build
 from inventories import write_inventory
 
 INVENTORY = """\

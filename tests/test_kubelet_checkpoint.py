@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from gpuprov.kubelet_checkpoint import CheckpointError, registered_devices
+from gpuprov.host.kubelet.checkpoint import CheckpointError, registered_devices
 
 # Written by the real kubelet after NVIDIA's device plugin v0.20.0 registered two simulated
 # A100s time-sliced 4 ways (tests/test_kubelet_in_container.py makes the same).

@@ -14,9 +14,9 @@ import socket
 import pytest
 from plans import plan_for
 
-from gpuprov import probe as host_probe
-from gpuprov.compare import compare, probe_command
-from gpuprov.contract import KUBELET_CHECKPOINT_MAX_BYTES, KUBELET_DEVICE_PLUGIN_DIR
+from gpuprov.core.checks.host import compare, probe_command
+from gpuprov.host.agent import probe as host_probe
+from gpuprov.host.contract import KUBELET_CHECKPOINT_MAX_BYTES, KUBELET_DEVICE_PLUGIN_DIR
 from tests.probes import checkpoint, kubelet_directory, matching_probe, registered
 from tests.test_kubelet_checkpoint import WRITTEN_BY_KUBELET
 

@@ -3,7 +3,7 @@ and NVIDIA's real device plugin over the simulated C NVML registers with it.
 
 One throwaway host for the module: an overlay on the lab's base rootfs, booted with systemd by
 systemd-nspawn in this machine's network namespace (so the kubelet reaches the API server on
-127.0.0.1), with ``gpuprov.lab.kubelet`` and ``gpuprov.lab.device_plugin`` installed in it. No
+127.0.0.1), with ``gpuprov_lab.kubelet_unit`` and ``gpuprov_lab.plugin_service`` installed in it. No
 ``gpuprov lab up``: the lab is one per machine. Torn down whatever happens: the container, the
 overlay mount, the control plane and the directory.
 
@@ -25,27 +25,28 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gpuprov_lab import base as lab_base
+from gpuprov_lab import kubebuild
+from gpuprov_lab import kubelet_unit as kubelet
+from gpuprov_lab import plugin_service as device_plugin
+from gpuprov_lab.controlplane import ControlPlane, node_identity
+from gpuprov_lab.sim import state
 from kube_cluster import control_plane
 from upstream import upstream_binary
 
-from gpuprov.contract import (
+from gpuprov.host.contract import (
     DEVICE_PLUGIN_CONFIG_PATH,
     KUBELET_DEVICE_CHECKPOINT,
     KUBELET_DEVICE_PLUGIN_DIR,
     SIM_STATE_PATH,
     kubelet_drop_in_path,
 )
-from gpuprov.kubelet_checkpoint import registered_devices
-from gpuprov.lab import base as lab_base
-from gpuprov.lab import device_plugin, kubebuild, kubelet
-from gpuprov.lab.controlplane import ControlPlane, node_identity
-from gpuprov.sim import state
+from gpuprov.host.kubelet.checkpoint import registered_devices
 
 try:  # the simulated C library and the MIG minors (branch nvmlc)
+    from gpuprov_lab.sim.caps import mig_minors
+    from gpuprov_lab.sim.libnvml import build
     from simulated import carve
-
-    from gpuprov.sim.caps import mig_minors
-    from gpuprov.sim.libnvml import build
 except ImportError as e:  # pragma: no cover - until nvmlc is merged
     pytest.skip(f"needs the simulated C NVML library: {e}", allow_module_level=True)
 
@@ -91,7 +92,7 @@ class Host:
         )
 
     def boot(self) -> None:
-        # The flags of gpuprov/lab/hosts.py, without --network-namespace-path: the host shares
+        # The flags of lab/gpuprov_lab/hosts.py, without --network-namespace-path: the host shares
         # this machine's network namespace (nspawn then withholds CAP_NET_ADMIN from it).
         log = (self.dir / "console.log").open("wb")
         self.nspawn = subprocess.Popen(

@@ -1,4 +1,4 @@
-"""What ``gpuprov.lab.kubelet`` and ``gpuprov.lab.device_plugin`` put into a lab host's root.
+"""What ``gpuprov_lab.kubelet_unit`` and ``gpuprov_lab.plugin_service`` put into a lab host's root.
 
 That these files make a Ready Node with the planned allocatable is shown by the real kubelet and
 plugin in tests/test_kubelet_in_container.py; here: their content, without root or binaries.
@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 import yaml
+from gpuprov_lab import kubelet_unit as kubelet
+from gpuprov_lab import plugin_service as device_plugin
 
-from gpuprov.contract import DEVICE_PLUGIN_CONFIG_PATH, KUBELET_CONFIG_PATH
-from gpuprov.lab import device_plugin, kubelet
+from gpuprov.host.contract import DEVICE_PLUGIN_CONFIG_PATH, KUBELET_CONFIG_PATH
 
 
 def _kubeconfig(tmp_path: Path) -> Path:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from gpuprov.lab.rundir import SCHEMA
-from gpuprov.lab.testing import TEST_OWNED, Lab, UserLabUp
+from gpuprov_lab.rundir import SCHEMA
+from gpuprov_lab.testing import TEST_OWNED, Lab, UserLabUp
 
 
 def test_a_lab_started_by_a_person_is_left_alone(tmp_path, monkeypatch):

@@ -7,9 +7,8 @@ import hashlib
 import lzma
 
 import pytest
-
-from gpuprov.lab import device_plugin
-from gpuprov.lab.errors import LabError
+from gpuprov_lab import plugin_service as device_plugin
+from gpuprov_lab.errors import LabError
 
 
 @pytest.fixture

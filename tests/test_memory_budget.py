@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprov.memory_budget import (
+from gpuprov.core.memory_budget import (
     gib,
     mps_budget_note,
     mps_limit_mib,

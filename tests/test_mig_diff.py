@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuprov.catalog import find_model
-from gpuprov.mig.diff import MigDiffError, diff
-from gpuprov.mig.instance import Instance
-from gpuprov.mig.solver import solve
-from gpuprov.plan import GpuPlan
+from gpuprov.core.catalog import find_model
+from gpuprov.core.mig.solver import solve
+from gpuprov.core.plan import GpuPlan
+from gpuprov.host.mig.diff import MigDiffError, diff
+from gpuprov.host.mig.instance import Instance
 
 A100 = find_model("A100-80GB")
 

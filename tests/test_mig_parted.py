@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from upstream import upstream_binary
 
 from gpuprov.cli import main
-from gpuprov.errors import InputError
-from gpuprov.inventory import load
-from gpuprov.mig import partedconfig
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.cluster import mig_parted as partedconfig
+from gpuprov.core.errors import InputError
+from gpuprov.core.plan import build
 from inventories import write_inventory
 
 INVENTORY = """\

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.packaging import versions
-from gpuprov.packaging.profiles import (
+from gpuprov.core.packaging import versions
+from gpuprov.core.packaging.profiles import (
     ProfileError,
     driver_packages,
     every_driver_name,
@@ -19,7 +19,7 @@ from gpuprov.packaging.profiles import (
     replaced,
     select,
 )
-from gpuprov.packaging.resolve import resolve, toolkit
+from gpuprov.core.packaging.resolve import resolve, toolkit
 
 DATA = Path(__file__).parent / "data" / "packages"
 

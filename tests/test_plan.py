@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprov.inventory import load
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.plan import build
 from inventories import write_inventory
 
 
@@ -142,7 +142,7 @@ def test_plan_json_has_the_documented_top_level_shape():
 
 @pytest.mark.parametrize("count", [1, 3])
 def test_identical_layouts_are_solved_once(tmp_path, count):
-    from gpuprov.mig.solver import _solve
+    from gpuprov.core.mig.solver import _solve
 
     _solve.cache_clear()
     # Two hosts that differ (so each is planned) but share one layout on all 4 GPUs.

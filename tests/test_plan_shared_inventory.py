@@ -5,8 +5,8 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from gpuprov.cli import main
-from gpuprov.inventory import load
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.plan import build
 from inventories import write_inventory
 
 KUBESPRAY = "inventories/kubespray/inventory.py"

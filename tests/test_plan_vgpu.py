@@ -13,8 +13,8 @@ from plans import plan_for
 from test_plan_bad_input import assert_bad_input
 
 from gpuprov.cli import main
-from gpuprov.inventory import load
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.plan import build
 from inventories import write_inventory
 
 EIGHT_80GB = {"gpu_model": "A100-80GB", "gpu_count": 8}

@@ -11,12 +11,12 @@ import sys
 import pynvml
 import pytest
 from click.testing import CliRunner
+from gpuprov_lab.sim import install
 from simulated import edit, initialized, isolate_pynvml, new_host
 
-from gpuprov import probe
 from gpuprov.cli import main as cli
-from gpuprov.contract import SIM_ENV
-from gpuprov.sim import install
+from gpuprov.host.agent import probe
+from gpuprov.host.contract import SIM_ENV
 
 TOP_KEYS = {"schema", "nvml", "error", "driver_version", "nvml_version", "gpus"}
 GPU_KEYS = {"index", "uuid", "name", "memory_total_mib", "pci_bus_id", "mig", "gpu_instances"}
@@ -187,7 +187,7 @@ def test_library_not_found_on_this_machine_without_the_simulation(tmp_path):
     # This machine really has no libnvidia-ml: pynvml's own loader fails, no simulation involved.
     env = {k: v for k, v in os.environ.items() if k != SIM_ENV}
     result = subprocess.run(
-        [sys.executable, "-m", "gpuprov.probe", "--file", str(tmp_path / "none")],
+        [sys.executable, "-m", "gpuprov.host.agent.probe", "--file", str(tmp_path / "none")],
         capture_output=True,
         text=True,
         env=env,
@@ -209,7 +209,7 @@ def test_library_not_found_on_this_machine_without_the_simulation(tmp_path):
 def test_module_run_uses_the_simulation_named_in_the_environment(tmp_path):
     path = new_host(tmp_path, "T4", 2)
     result = subprocess.run(
-        [sys.executable, "-m", "gpuprov.probe"],
+        [sys.executable, "-m", "gpuprov.host.agent.probe"],
         capture_output=True,
         text=True,
         env={**os.environ, SIM_ENV: path},

@@ -8,13 +8,18 @@ import ctypes
 
 import pynvml
 import pytest
+from gpuprov_lab.sim import install
 from simulated import initialized, isolate_pynvml, new_host
 
-from gpuprov import probe
-from gpuprov.contract import PROBE_SCHEMA, SIM_ENV
-from gpuprov.hostfiles import Wanted
-from gpuprov.probe_document import MAX_SHOWN_PROBLEMS, missing_files, read, schema_problems
-from gpuprov.sim import install
+from gpuprov.core.checks.probe_document import (
+    MAX_SHOWN_PROBLEMS,
+    missing_files,
+    read,
+    schema_problems,
+)
+from gpuprov.core.hostfiles import Wanted
+from gpuprov.host.agent import probe
+from gpuprov.host.contract import PROBE_SCHEMA, SIM_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -12,11 +12,11 @@ import time
 import pytest
 from simulated import isolate_pynvml, new_host
 
-from gpuprov import probe
-from gpuprov.compare import compare, wanted_files
-from gpuprov.contract import PROBE_FILE_MAX_BYTES, PROBE_SCHEMA, SIM_ENV
-from gpuprov.inventory import load
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.checks.host import compare, wanted_files
+from gpuprov.core.plan import build
+from gpuprov.host.agent import probe
+from gpuprov.host.contract import PROBE_FILE_MAX_BYTES, PROBE_SCHEMA, SIM_ENV
 
 
 @pytest.fixture(autouse=True)
@@ -127,10 +127,13 @@ def test_a_state_file_that_is_not_a_state_is_named_by_the_sims_own_tools(tmp_pat
     env = {**os.environ, SIM_ENV: str(path)}
 
     smi = subprocess.run(
-        [sys.executable, "-m", "gpuprov.sim.smi", "-L"], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "gpuprov_lab.sim.smi", "-L"], capture_output=True, text=True, env=env
     )
     admin = subprocess.run(
-        [sys.executable, "-m", "gpuprov.sim.admin", "show"], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "gpuprov_lab.sim.admin", "show"],
+        capture_output=True,
+        text=True,
+        env=env,
     )
 
     assert smi.stdout.startswith(f"Failed to initialize NVML: {path}: ") and smi.returncode != 0

@@ -14,7 +14,7 @@ DEPLOY = """
 from pyinfra import state
 from pyinfra.operations import server
 
-from gpuprov.deploys import progress
+from gpuprov.controller.deploys import progress
 
 progress.watch(state)
 server.shell(name="hung step", commands=["sleep 5"], _timeout=1)

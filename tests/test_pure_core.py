@@ -9,41 +9,23 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-CORE = [
-    "gpuprov.catalog",
-    "gpuprov.checks.gpus",
-    "gpuprov.checks.kubelet_devices",
-    "gpuprov.compare",
-    "gpuprov.contract",
-    "gpuprov.errors",
-    "gpuprov.findings",
-    "gpuprov.gpu_clients",
-    "gpuprov.hostfiles.apt_preferences",
-    "gpuprov.hostfiles.apt_source",
-    "gpuprov.hostfiles.containerd",
-    "gpuprov.hostfiles.device_plugin",
-    "gpuprov.hostfiles.docker",
-    "gpuprov.hostfiles.kubelet",
-    "gpuprov.hostfiles.mig_layout",
-    "gpuprov.hostfiles.mig_unit",
-    "gpuprov.hostfiles.nouveau_blacklist",
-    "gpuprov.inventory_data",
-    "gpuprov.kube.manifests",
-    "gpuprov.kube.verify",
-    "gpuprov.kube.vgpu",
-    "gpuprov.kubelet_checkpoint",
-    "gpuprov.limits",
-    "gpuprov.mig.diff",
-    "gpuprov.mig.partedconfig",
-    "gpuprov.mig.solver",
-    "gpuprov.packaging.resolve",
-    "gpuprov.plan",
-    "gpuprov.probe_document",
-    "gpuprov.variables",
-    "gpuprov.vgpu",
+ROOT = Path(__file__).resolve().parents[1]
+# Every module of the core, and the host side's modules that need no NVML (the controller
+# imports them too: the contract, the MIG diff, the kubelet's checkpoint, the GPU clients).
+CORE = sorted(
+    ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for p in (ROOT / "gpuprov" / "core").rglob("*.py")
+    if "__pycache__" not in p.parts
+) + [
+    "gpuprov.host.contract",
+    "gpuprov.host.gpu_clients",
+    "gpuprov.host.kubelet.checkpoint",
+    "gpuprov.host.mig.diff",
+    "gpuprov.host.mig.layout",
 ]
 EDGE_ONLY = ["pyinfra", "paramiko", "gevent", "pynvml"]
 
@@ -65,4 +47,4 @@ def test_core_module_loads_no_edge_library(module):
 
 def test_the_inventory_edge_does_load_pyinfra():
     # The check above can fail: the module that reads pyinfra inventories does load it.
-    assert "pyinfra" in loaded_after_import("gpuprov.inventory")
+    assert "pyinfra" in loaded_after_import("gpuprov.controller.inventory")

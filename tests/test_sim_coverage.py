@@ -8,10 +8,9 @@ import re
 
 import pynvml
 import pytest
+from gpuprov_lab.sim import install
+from gpuprov_lab.sim.nvml import FUNCTIONS
 from simulated import initialized, isolate_pynvml, new_host
-
-from gpuprov.sim import install
-from gpuprov.sim.nvml import FUNCTIONS
 
 
 @pytest.fixture(autouse=True)

@@ -4,10 +4,9 @@ line and exit 2, and a hand-edited health entry of the wrong shape is one clear 
 from __future__ import annotations
 
 import pytest
+from gpuprov_lab.sim import admin
+from gpuprov_lab.sim import state as sim_state
 from simulated import edit, new_host
-
-from gpuprov.sim import admin
-from gpuprov.sim import state as sim_state
 
 
 @pytest.mark.parametrize(

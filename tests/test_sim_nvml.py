@@ -8,11 +8,11 @@ import multiprocessing
 
 import pynvml
 import pytest
+from gpuprov_lab.sim import install, state
 from simulated import edit, initialized, isolate_pynvml, new_host
 
-from gpuprov import catalog
-from gpuprov.contract import SIM_SCHEMA
-from gpuprov.sim import install, state
+from gpuprov.core import catalog
+from gpuprov.host.contract import SIM_SCHEMA
 
 
 @pytest.fixture(autouse=True)

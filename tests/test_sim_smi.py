@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from gpuprov_lab.sim import admin, smi, state
 from simulated import edit, isolate_pynvml, new_host
 
-from gpuprov.contract import SIM_ENV
-from gpuprov.sim import admin, smi, state
+from gpuprov.host.contract import SIM_ENV
 
 
 @pytest.fixture(autouse=True)
@@ -281,7 +281,7 @@ def test_bad_command_lines_exit_2(host, capsys):
 
 def test_runs_standalone_as_a_module(host):
     result = subprocess.run(
-        [sys.executable, "-m", "gpuprov.sim.smi", "-L"],
+        [sys.executable, "-m", "gpuprov_lab.sim.smi", "-L"],
         capture_output=True,
         text=True,
         env={**os.environ, SIM_ENV: host},

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuprov import catalog
-from gpuprov.mig.solver import solve
+from gpuprov.core import catalog
+from gpuprov.core.mig.solver import solve
 
 MIG_MODELS = [m for m in catalog.load().models.values() if m.mig_capable]
 

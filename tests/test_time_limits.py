@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from pyinfra_cli.main import cli
 from test_deploy_fake import DEPLOY, ROOT, write_inventory
 
-from gpuprov.deploys import progress
-from gpuprov.limits import APT_STALL_SECONDS
+from gpuprov.controller.deploys import progress
+from gpuprov.controller.limits import APT_STALL_SECONDS
 
 
 @pytest.fixture

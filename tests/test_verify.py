@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from gpuprov_lab.sim import state as sim_state
 
-from gpuprov.agent.bundle import write_bundle
 from gpuprov.cli import main
-from gpuprov.compare import probe_command
-from gpuprov.contract import KUBELET_DEVICE_PLUGIN_DIR, SIM_ENV
-from gpuprov.facts.probe import AgentProbe
-from gpuprov.inventory import load
-from gpuprov.plan import build
-from gpuprov.sim import state as sim_state
+from gpuprov.controller.bundle import write_bundle
+from gpuprov.controller.facts.probe import AgentProbe
+from gpuprov.controller.inventory import load
+from gpuprov.core.checks.host import probe_command
+from gpuprov.core.plan import build
+from gpuprov.host.contract import KUBELET_DEVICE_PLUGIN_DIR, SIM_ENV
 from tests.containerd_binaries import (
     debian_containerd,
     node_main,
@@ -38,7 +38,10 @@ PLANNED_GIS = "14:0,19:2,19:3,9:4"
 def smi(*args: str) -> str:
     """Run the simulated nvidia-smi on the state file GPUPROV_NVML_SIM names."""
     done = subprocess.run(
-        [sys.executable, "-m", "gpuprov.sim.smi", *args], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "gpuprov_lab.sim.smi", *args],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return done.stdout
 

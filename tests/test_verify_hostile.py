@@ -13,11 +13,11 @@ from probes import matching_probe
 
 from gpuprov.cli import main
 from gpuprov.cli.verify import hosts_summary, verify_report
-from gpuprov.compare import compare
-from gpuprov.contract import MIG_LAYOUT_PATH
-from gpuprov.findings import Finding
-from gpuprov.inventory import load
-from gpuprov.plan import build
+from gpuprov.controller.inventory import load
+from gpuprov.core.checks.host import compare
+from gpuprov.core.findings import Finding
+from gpuprov.core.plan import build
+from gpuprov.host.contract import MIG_LAYOUT_PATH
 
 HOSTS = ("h1", "h2", "h3")
 DATA = {

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from plans import plan_for
 from probes import matching_probe
 
-from gpuprov.compare import compare, wanted_files
-from gpuprov.contract import MIG_LAYOUT_PATH, PROBE_NVML_STATES, PROBE_SCHEMA
-from gpuprov.hostfiles import kubelet
-from gpuprov.verify import snapshot_name, verify_snapshots
+from gpuprov.controller.readback import snapshot_name, verify_snapshots
+from gpuprov.core.checks.host import compare, wanted_files
+from gpuprov.core.hostfiles import kubelet
+from gpuprov.host.contract import MIG_LAYOUT_PATH, PROBE_NVML_STATES, PROBE_SCHEMA
 
 SECONDS = 2.0  # per document; a good one takes milliseconds
 
@@ -204,7 +204,7 @@ def wrong_file_text(doc, draw, plan):
 def wrong_node_in_a_written_file(doc, draw, plan):
     """One node of a YAML or JSON file gpuprov writes replaced by a value of another type."""
     # TOML has no writer here; mig-layout.json is checked node by node once its own module
-    # (gpuprov.hostfiles.mig_layout, issue #9) validates the whole file.
+    # (gpuprov.core.hostfiles.mig_layout, issue #9) validates the whole file.
     candidates = [p for p in ours(plan) if not p.endswith((".toml", ".json"))]
     path = draw(st.sampled_from(candidates))
     parsed = yaml.safe_load(doc["files"][path])

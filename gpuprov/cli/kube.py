@@ -10,10 +10,10 @@ import click
 
 from gpuprov.cli.output import bad_input
 from gpuprov.cli.plan import limit_option, load_plan
-from gpuprov.contract import EXIT_DRIFT, VGPU_NAMESPACE
-from gpuprov.kube import manifests
-from gpuprov.kube.kubectl import Kubectl, KubectlError
-from gpuprov.kube.nodes import node_change
+from gpuprov.controller.kube.kubectl import Kubectl, KubectlError
+from gpuprov.core.cluster import manifests
+from gpuprov.core.cluster.nodes import node_change
+from gpuprov.host.contract import EXIT_DRIFT, VGPU_NAMESPACE
 
 namespace_option = click.option(
     "--namespace",

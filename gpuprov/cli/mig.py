@@ -7,18 +7,25 @@ import sys
 
 import click
 
-from gpuprov import catalog
+from gpuprov.cli.lazy import LazyGroup
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
-from gpuprov.contract import EXIT_DRIFT, EXIT_OK
-from gpuprov.errors import InputError, Problem, shown
-from gpuprov.mig.solver import solve
-from gpuprov.variables import MIG_COUNT_MAX, VARIABLES
+from gpuprov.core import catalog
+from gpuprov.core.errors import InputError, Problem, shown
+from gpuprov.core.mig.solver import solve
+from gpuprov.core.variables import MIG_COUNT_MAX, VARIABLES
+from gpuprov.host.contract import EXIT_DRIFT, EXIT_OK
 
 # A count is 1 to 3 ASCII digits (str.isdigit and int() also take other scripts' digits).
 _COUNT = re.compile(r"[0-9]{1,3}")
 
 
-@click.group()
+@click.group(
+    cls=LazyGroup,
+    commands={
+        "export": "gpuprov.cli.mig_parted:export",
+        "import": "gpuprov.cli.mig_parted:import_",
+    },
+)
 def mig() -> None:
     """MIG layouts: check a layout against a model, list a model's profiles."""
 

@@ -11,8 +11,8 @@ import yaml
 
 from gpuprov.cli.output import bad_input
 from gpuprov.cli.plan import limit_option, load_plan
-from gpuprov.errors import InputError, Problem
-from gpuprov.mig import partedconfig
+from gpuprov.core.cluster import mig_parted
+from gpuprov.core.errors import InputError, Problem
 
 
 @click.command("export")
@@ -25,9 +25,9 @@ def export(inventory: str, limit: tuple[str, ...]) -> None:
     Each host's config name (its nvidia.com/mig.config label) is listed on stderr.
     """
     _, cluster = load_plan(inventory, limit)
-    exported = partedconfig.export(cluster.hosts)
+    exported = mig_parted.export(cluster.hosts)
     if exported.host_configs:
-        click.echo(f"warning: {partedconfig.PLACEMENT_WARNING}", err=True)
+        click.echo(f"warning: {mig_parted.PLACEMENT_WARNING}", err=True)
     for host, name in exported.host_configs.items():
         click.echo(f"# {host}: {name}", err=True)
     click.echo(exported.text(), nl=False)
@@ -51,8 +51,8 @@ def import_(file: str, name: str | None, model: str | None, fmt: str) -> None:
     path = Path(file)
     if not path.is_file():
         raise InputError([Problem(file, "file not found")])
-    document = partedconfig.parse(path.read_text(), file)
-    imported = partedconfig.import_config(document, file, name, model)
+    document = mig_parted.parse(path.read_text(), file)
+    imported = mig_parted.import_config(document, file, name, model)
     data = imported.group_data()
     if fmt == "yaml":
         click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)

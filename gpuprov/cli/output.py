@@ -11,8 +11,8 @@ from typing import Any
 import click
 from tabulate import tabulate
 
-from gpuprov.contract import EXIT_BAD_INPUT
-from gpuprov.errors import InputError
+from gpuprov.core.errors import InputError
+from gpuprov.host.contract import EXIT_BAD_INPUT
 
 format_option = click.option(
     "--format",

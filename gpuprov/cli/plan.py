@@ -6,10 +6,10 @@ import fnmatch
 
 import click
 
-from gpuprov import inventory as inventory_
-from gpuprov import plan as plan_
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
-from gpuprov.errors import InputError, Problem
+from gpuprov.controller import inventory as inventory_
+from gpuprov.core import plan as plan_
+from gpuprov.core.errors import InputError, Problem
 
 limit_option = click.option(
     "--limit",

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from gpuprov import probe as host_probe
-from gpuprov.contract import PROBE_FILE_MAX_BYTES
+from gpuprov.host.agent import probe as host_probe
+from gpuprov.host.contract import PROBE_FILE_MAX_BYTES
 
 
 @click.command()

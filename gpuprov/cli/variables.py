@@ -7,7 +7,7 @@ import json
 import click
 
 from gpuprov.cli.output import emit_json, table
-from gpuprov.variables import NOT_SET, VARIABLES
+from gpuprov.core.variables import NOT_SET, VARIABLES
 
 
 def _default(value: object) -> str:

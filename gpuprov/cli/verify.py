@@ -17,14 +17,14 @@ from typing import Any
 
 import click
 
-from gpuprov import verify as verify_
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
 from gpuprov.cli.plan import limit_option, load_plan
-from gpuprov.contract import EXIT_DRIFT, EXIT_OK, VERIFY_SCHEMA
-from gpuprov.errors import InputError, Problem
-from gpuprov.findings import Finding
-from gpuprov.hostfiles.documents import one_line
-from gpuprov.kube.cluster_check import ClusterCheck
+from gpuprov.controller import readback
+from gpuprov.controller.kube.cluster_verify import ClusterCheck
+from gpuprov.core.errors import InputError, Problem
+from gpuprov.core.findings import Finding
+from gpuprov.core.hostfiles.documents import one_line
+from gpuprov.host.contract import EXIT_DRIFT, EXIT_OK, VERIFY_SCHEMA
 
 # Column widths that keep the six-column table within 100 characters.
 _WIDTHS = {"host": 14, "gpu": 3, "check": 17, "expected": 19, "found": 19, "hint": 17}
@@ -76,9 +76,9 @@ def verify(
     loaded, cluster = load_plan(inventory, limit)
     cluster_check = ClusterCheck(kubeconfig, cluster) if kubeconfig else None
     if snapshot_dir:
-        results = verify_.verify_snapshots(snapshot_dir, cluster.hosts, health == "on")
+        results = readback.verify_snapshots(snapshot_dir, cluster.hosts, health == "on")
     else:
-        results = verify_.verify_live(loaded, cluster.hosts, health == "on")
+        results = readback.verify_live(loaded, cluster.hosts, health == "on")
     if cluster_check is not None:
         cluster_check.add_to(results, cordon_unhealthy)
     report = verify_report(results)

@@ -1,7 +1,7 @@
 # Every host of inventories/lab.py (pyinfra's group named after the inventory file).
 # Paths follow the lab's run directory (/tmp/gpuprov-lab, or $GPUPROV_LAB_DIR).
-from gpuprov.lab import inventory as lab
-from gpuprov.lab.services import repo_url
+from gpuprov_lab import inventory as lab
+from gpuprov_lab.services import repo_url
 
 # SSH as root with the key of the running lab; host keys are new on every `gpuprov lab up`.
 ssh_user = "root"
@@ -21,7 +21,7 @@ container_toolkit_repo_url = repo_url("libnvidia-container")
 container_toolkit_repo_key = lab.repo_key()
 
 # The lab's kubelet (the real one) runs with --config-dir; NVIDIA's device plugin is a systemd
-# service whose reload sends it SIGHUP (gpuprov/lab/device_plugin.py).
+# service whose reload sends it SIGHUP (lab/gpuprov_lab/plugin_service.py).
 kubelet_config_dir = "/etc/kubernetes/kubelet.conf.d"
 device_plugin_reload_command = "systemctl reload nvidia-device-plugin.service"
 

@@ -12,8 +12,7 @@ marked ``lab_down`` run last: they take the lab down themselves. Needs root (CI 
 from __future__ import annotations
 
 import pytest
-
-from gpuprov.lab.testing import Lab, UserLabUp
+from gpuprov_lab.testing import Lab, UserLabUp
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -17,10 +17,10 @@ import json
 
 import pytest
 import tomlkit
+from gpuprov_lab.spec import default_spec
+from gpuprov_lab.testing import Lab, UserLabUp
 
-from gpuprov.hostfiles.documents import dig, parse
-from gpuprov.lab.spec import default_spec
-from gpuprov.lab.testing import Lab, UserLabUp
+from gpuprov.core.hostfiles.documents import dig, parse
 from tests.containerd_binaries import HOW_TO, UPSTREAM_XZ, upstream_containerd
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_down, pytest.mark.own_lab]

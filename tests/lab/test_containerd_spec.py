@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from gpuprov_lab import hosts
+from gpuprov_lab.spec import default_spec, load_spec
 
 from gpuprov.cli import main
-from gpuprov.errors import InputError
-from gpuprov.lab import hosts
-from gpuprov.lab.spec import default_spec, load_spec
+from gpuprov.core.errors import InputError
 
 SPEC = """\
 - {group: shared, model: A100-80GB, count: 2}

@@ -10,10 +10,10 @@ bookworm's version and back, each verified.
 from __future__ import annotations
 
 import pytest
+from gpuprov_lab.packages import DEBIAN_VERSIONS, DRIVER_VERSIONS
+from gpuprov_lab.services import repo_url
 
-from gpuprov.contract import APT_PIN_PATH
-from gpuprov.lab.packages import DEBIAN_VERSIONS, DRIVER_VERSIONS
-from gpuprov.lab.services import repo_url
+from gpuprov.host.contract import APT_PIN_PATH
 
 pytestmark = pytest.mark.lab
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from gpuprov.lab.testing import Lab, UserLabUp
+from gpuprov_lab.testing import Lab, UserLabUp
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_down, pytest.mark.own_lab, pytest.mark.fleet]
 

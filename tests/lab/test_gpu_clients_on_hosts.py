@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprov.contract import GPU_CLIENT_UNITS
+from gpuprov.host.contract import GPU_CLIENT_UNITS
 
 pytestmark = pytest.mark.lab
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpuprov.contract import KERNEL_LOG_PATH, SIM_KERNEL_LOG_NAME, SIM_STATE_PATH
+from gpuprov.host.contract import KERNEL_LOG_PATH, SIM_KERNEL_LOG_NAME, SIM_STATE_PATH
 
 pytestmark = pytest.mark.lab
 

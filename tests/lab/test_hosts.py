@@ -6,9 +6,9 @@ import json
 import time
 
 import pytest
+from gpuprov_lab import kubebuild
 
-from gpuprov.contract import KUBELET_CONFIG_PATH
-from gpuprov.lab import kubebuild
+from gpuprov.host.contract import KUBELET_CONFIG_PATH
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_fresh]
 

@@ -8,11 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from gpuprov.lab import hosts, network, procs
-from gpuprov.lab.controlplane import API_PORT
-from gpuprov.lab.device_plugin import PLUGIN
-from gpuprov.lab.kubelet import KUBELET
+from gpuprov_lab import hosts, network, procs
+from gpuprov_lab.controlplane import API_PORT
+from gpuprov_lab.kubelet_unit import KUBELET
+from gpuprov_lab.plugin_service import PLUGIN
 
 pytestmark = pytest.mark.lab
 

@@ -7,8 +7,7 @@ import os
 import subprocess
 
 import pytest
-
-from gpuprov.lab.testing import REPO_ROOT
+from gpuprov_lab.testing import REPO_ROOT
 
 pytestmark = pytest.mark.lab
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from gpuprov_lab.testing import observed_instances, planned_instances
 
-from gpuprov.contract import AGENT_EXIT_BAD_INPUT, MIG_LAYOUT_PATH, MIG_UNIT
-from gpuprov.lab.testing import observed_instances, planned_instances
+from gpuprov.host.contract import AGENT_EXIT_BAD_INPUT, MIG_LAYOUT_PATH, MIG_UNIT
 
 pytestmark = pytest.mark.lab
 

@@ -5,8 +5,7 @@ instances."""
 from __future__ import annotations
 
 import pytest
-
-from gpuprov.lab.testing import observed_instances, planned_instances
+from gpuprov_lab.testing import observed_instances, planned_instances
 
 pytestmark = pytest.mark.lab
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpuprov.contract import MPS_ROOT, MPS_TMPFILES_PATH
+from gpuprov.host.contract import MPS_ROOT, MPS_TMPFILES_PATH
 
 pytestmark = pytest.mark.lab
 

@@ -10,11 +10,11 @@ import subprocess
 import time
 
 import pytest
+from gpuprov_lab import network
+from gpuprov_lab.services import stuck_url
+from gpuprov_lab.testing import REPO_ROOT
 
-from gpuprov.keepalive import interval
-from gpuprov.lab import network
-from gpuprov.lab.services import stuck_url
-from gpuprov.lab.testing import REPO_ROOT
+from gpuprov.controller.keepalive import interval
 
 pytestmark = pytest.mark.lab
 

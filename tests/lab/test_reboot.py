@@ -6,8 +6,7 @@ import json
 import time
 
 import pytest
-
-from gpuprov.lab.packages import DRIVER_PACKAGES
+from gpuprov_lab.packages import DRIVER_PACKAGES
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_fresh]
 
@@ -18,8 +17,8 @@ APT = (
 )
 # Two GPU instances on GPU 0 through NVML on the host (the simulated driver's pynvml).
 CREATE_GIS = (
-    "PYTHONPATH=/usr/lib/nvidia-sim/python python3 -c 'import os, pynvml, gpuprov.sim;"
-    'gpuprov.sim.install(os.environ["GPUPROV_NVML_SIM"]); pynvml.nvmlInit();'
+    "PYTHONPATH=/usr/lib/nvidia-sim/python python3 -c 'import os, pynvml, gpuprov_lab.sim;"
+    'gpuprov_lab.sim.install(os.environ["GPUPROV_NVML_SIM"]); pynvml.nvmlInit();'
     "h = pynvml.nvmlDeviceGetHandleByIndex(0);"
     "p = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, "
     "pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE);"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from gpuprov_lab.testing import observed_instances, planned_instances
 
-from gpuprov.contract import MIG_LAYOUT_PATH, MIG_UNIT, MIG_UNIT_PATH
-from gpuprov.lab.testing import observed_instances, planned_instances
+from gpuprov.host.contract import MIG_LAYOUT_PATH, MIG_UNIT, MIG_UNIT_PATH
 
 pytestmark = pytest.mark.lab
 

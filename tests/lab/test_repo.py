@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from gpuprov.lab.packages import DRIVER_PACKAGES
+from gpuprov_lab.packages import DRIVER_PACKAGES
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_fresh]
 
@@ -17,8 +16,8 @@ APT = (
     "-o Dir::State::Lists=/tmp/{d}/lists"
 )
 SIM_PY = (
-    "PYTHONPATH=/usr/lib/nvidia-sim/python python3 -c 'import os, json, pynvml, gpuprov.sim;"
-    'gpuprov.sim.install(os.environ["GPUPROV_NVML_SIM"]); pynvml.nvmlInit();'
+    "PYTHONPATH=/usr/lib/nvidia-sim/python python3 -c 'import os, json, pynvml, gpuprov_lab.sim;"
+    'gpuprov_lab.sim.install(os.environ["GPUPROV_NVML_SIM"]); pynvml.nvmlInit();'
     "h = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())];"
     "print(json.dumps([pynvml.nvmlDeviceGetName(x) for x in h]))'"
 )

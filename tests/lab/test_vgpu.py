@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuprov.contract import MIG_LAYOUT_PATH, MIG_UNIT_PATH, kubelet_drop_in_path
+from gpuprov.host.contract import MIG_LAYOUT_PATH, MIG_UNIT_PATH, kubelet_drop_in_path
 
 pytestmark = pytest.mark.lab
 

@@ -1,3 +1,0 @@
-"""What verify compares that is not a file: the GPUs NVML reports (``gpus``) and what the
-kubelet registered from the device plugin (``kubelet_devices``). The files gpuprov writes are
-checked by their own modules in ``gpuprov/hostfiles/``; ``gpuprov/compare.py`` runs them all."""

@@ -1,0 +1,1 @@
+"""The deploy: one GPU host brought to its plan, concern by concern (``gpu_node``)."""

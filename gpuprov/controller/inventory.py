@@ -1,0 +1,318 @@
+"""Load a pyinfra inventory file as pyinfra does, refusing every shape pyinfra would choke on.
+
+pyinfra's own loader (``pyinfra_cli.inventory.make_inventory``) raises IndexError, ValueError,
+UnicodeDecodeError or IsADirectoryError on a malformed file, exits with the file's
+``sys.exit`` code, and silently ignores a group that is not a list. This module reads the same
+files with the same rules (the inventory's module-level lists and ``(hosts, data)`` tuples,
+``group_data/<group>.py`` beside it, the group named after the file), checks each shape on the
+way, and only then builds pyinfra's ``Inventory``: every malformed input is one Problem naming
+the file, group, host and value.
+
+>>> inv = load("inventories/example.py")           # doctest: +SKIP
+>>> [h.name for h in inv.hosts if "mig" in h.groups]  # doctest: +SKIP
+['gpu-h100-01', 'gpu-h100-02']
+"""
+
+from __future__ import annotations
+
+import ast
+import stat
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyinfra.api import Inventory, State
+from pyinfra.context import ctx_inventory, ctx_state
+
+from gpuprov.core.errors import InputError, Problem, has_control, merged, shown
+from gpuprov.core.inventory_data import InventoryData, InventoryHost
+from gpuprov.host.contract import MODES
+
+__all__ = ["InventoryHost", "LoadedInventory", "from_pyinfra", "load"]
+
+GROUP_DATA_DIR = "group_data"
+# An inventory or group-data file is Python source a person wrote; anything larger is not one.
+SOURCE_MAX_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LoadedInventory(InventoryData):
+    """The planner's plain view, plus the pyinfra Inventory that verify connects with."""
+
+    pyinfra: Inventory = field(compare=False, repr=False)
+
+
+def load(path: str, override_data: dict[str, Any] | None = None) -> LoadedInventory:
+    """Load ``path`` and its ``group_data/`` the way ``pyinfra`` does; InputError if malformed."""
+    file = Path(path)
+    with ctx_state.use(State(check_for_changes=False)):
+        namespace = _run(path, _compile(path, inventory=True)[0])
+        groups, problems = _groups(path, namespace)
+        if problems:
+            raise InputError(merged(problems))
+        all_hosts, all_data = groups.pop("all", (None, {}))
+        if all_hosts is None:
+            # As pyinfra: without an `all` group, every host of every group, first seen first.
+            all_hosts = list(dict.fromkeys(n for hosts, _ in groups.values() for n, _ in hosts))
+        # pyinfra puts every host in a group named after the inventory file too.
+        groups.setdefault(file.stem, (list(all_hosts), {}))
+        fake = _pyinfra_inventory(path, (all_hosts, all_data), groups)
+        with ctx_inventory.use(fake):
+            group_data, group_files = _group_data(file.parent / GROUP_DATA_DIR)
+    all_data = {**all_data, **group_data.pop("all", {})}
+    for name, data in group_data.items():
+        hosts, own = groups.get(name, ([], {}))
+        groups[name] = (hosts, {**own, **data})
+    inventory = _pyinfra_inventory(path, (all_hosts, all_data), groups, override_data)
+    return from_pyinfra(inventory, path, group_files)
+
+
+def from_pyinfra(
+    inventory: Inventory, path: str, group_files: dict[str, str] | None = None
+) -> LoadedInventory:
+    """The planner's view of a pyinfra inventory already loaded (by us, or by the pyinfra CLI)."""
+    if group_files is None:
+        directory = Path(path).parent / GROUP_DATA_DIR
+        group_files = {
+            g: f"{GROUP_DATA_DIR}/{g}.py"
+            for g in [*inventory.groups, "all"]
+            if (directory / f"{g}.py").is_file()
+        }
+    hosts = []
+    for host in inventory:
+        # pyinfra may list a group twice; connector groups (@local, @ssh) are never modes.
+        groups = tuple(g for g in dict.fromkeys(host.groups) if not g.startswith("@"))
+        hosts.append(
+            InventoryHost(
+                host.name, groups, host.data.dict(), dict(inventory.get_host_data(host.name))
+            )
+        )
+    group_data = {g: dict(inventory.get_group_data(g)) for g in inventory.groups}
+    group_data["all"] = dict(inventory.get_data())
+    return LoadedInventory(path, hosts, group_data, group_files, inventory)
+
+
+def _compile(path: str, inventory: bool = False) -> tuple[Any, ast.Module]:
+    """The code object and syntax tree of a Python file, or InputError saying why it is not
+    one (missing, not a file, not .py, unreadable, not UTF-8, a NUL byte, a syntax error)."""
+    file = Path(path)
+    try:
+        status = file.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputError(
+            [Problem(path, "inventory file not found" if inventory else "not found")]
+        ) from None
+    except OSError as e:  # a name too long, a symlink loop, no permission on a directory
+        raise InputError([Problem(path, f"cannot read: {e.strerror}")]) from None
+    if not stat.S_ISREG(status.st_mode):
+        raise InputError([Problem(path, "not a regular file (a pyinfra Python file is needed)")])
+    if inventory and file.suffix != ".py":
+        raise InputError(
+            [
+                Problem(
+                    path,
+                    "not a pyinfra inventory: inventories are Python files ending in .py "
+                    "(hosts as lists, group data in group_data/<group>.py)",
+                )
+            ]
+        )
+    if status.st_size > SOURCE_MAX_BYTES:
+        raise InputError([Problem(path, f"larger than {SOURCE_MAX_BYTES} bytes")])
+    try:
+        raw = file.read_bytes()
+    except OSError as e:
+        raise InputError([Problem(path, f"cannot read: {e.strerror}")]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise InputError(
+            [Problem(path, f"line {line}: not UTF-8 text (byte 0x{raw[e.start]:02x})")]
+        ) from None
+    if "\0" in text:
+        line = text[: text.index("\0")].count("\n") + 1
+        raise InputError([Problem(path, f"line {line}: NUL byte (not Python source)")])
+    try:
+        tree = ast.parse(text, path)
+        return compile(tree, path, "exec", dont_inherit=True), tree
+    except SyntaxError as e:
+        where = f"line {e.lineno}: " if e.lineno else ""
+        raise InputError([Problem(path, f"{where}SyntaxError: {e.msg}")]) from None
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise InputError([Problem(path, f"not Python source: {type(e).__name__}")]) from None
+
+
+def _run(path: str, code: Any) -> dict[str, Any]:
+    """Execute a compiled inventory or group-data file; its module-level names."""
+    namespace: dict[str, Any] = {"__file__": path}
+    try:
+        exec(code, namespace)
+    except SystemExit as e:
+        raise InputError(
+            [Problem(path, f"the file exits while being loaded (sys.exit({shown(e.code)}))")]
+        ) from None
+    except Exception as e:
+        raise InputError([_python_error(path, e)]) from None
+    return namespace
+
+
+def _groups(path: str, namespace: dict[str, Any]) -> tuple[dict[str, tuple], list[Problem]]:
+    """The inventory's groups as ``name -> (hosts, data)``, and what is wrong with them.
+
+    As in pyinfra, a group is a module-level list of hosts or a ``(hosts, data)`` tuple; other
+    module-level names are ignored, except a mode group's name, which must be a group."""
+    groups: dict[str, tuple] = {}
+    problems: list[Problem] = []
+    for name, value in namespace.items():
+        if name.startswith("_"):
+            continue
+        if not isinstance(value, (list, tuple)):
+            if name in MODES:
+                problems.append(
+                    Problem(
+                        path,
+                        "a mode group must be a list of hosts or a (hosts, data) tuple, "
+                        f"got {shown(value)}",
+                        source=f"group {name}",
+                    )
+                )
+            continue
+        where = f"group {name}"
+        data: Any = {}
+        hosts: Any = value
+        if isinstance(value, tuple):
+            if len(value) != 2 or not isinstance(value[0], (list, tuple)):
+                problems.append(
+                    Problem(
+                        path,
+                        "a group tuple must be (hosts, data): a list of hosts and a dict, "
+                        f"got {shown(value)}",
+                        source=where,
+                    )
+                )
+                continue
+            hosts, data = value
+        found = _data_problems(path, where, data)
+        entries = []
+        for entry in hosts:
+            entry_problems, host = _host(path, where, entry)
+            found += entry_problems
+            if host is not None:
+                entries.append(host)
+        problems += found
+        if not found:
+            groups[name] = (entries, dict(data))
+    return groups, problems
+
+
+def _host(path: str, where: str, entry: Any) -> tuple[list[Problem], tuple[str, dict] | None]:
+    """One host entry of a group: a name, or a ``(name, data)`` tuple."""
+    name, data = entry, {}
+    if isinstance(entry, tuple):
+        if len(entry) != 2:
+            return [
+                Problem(
+                    path, f"a host must be a name or (name, data), got {shown(entry)}", source=where
+                )
+            ], None
+        name, data = entry
+    if not isinstance(name, str):
+        return [
+            Problem(path, f"a host name must be a string, got {shown(name)}", source=where)
+        ], None
+    if not name or name != name.strip() or any(c.isspace() for c in name) or has_control(name):
+        return [
+            Problem(
+                path,
+                f"host name {shown(name)} is empty or holds spaces or control characters",
+                source=where,
+            )
+        ], None
+    problems = _data_problems(path, where, data, host=name)
+    return problems, None if problems else (name, dict(data))
+
+
+def _data_problems(path: str, where: str, data: Any, host: str | None = None) -> list[Problem]:
+    source = "host data" if host else where
+    if not isinstance(data, dict):
+        return [Problem(path, f"data must be a dict, got {shown(data)}", host=host, source=source)]
+    return [
+        Problem(path, f"data keys must be strings, got {shown(k)}", host=host, source=source)
+        for k in data
+        if not isinstance(k, str)
+    ]
+
+
+def _group_data(directory: Path) -> tuple[dict[str, dict], dict[str, str]]:
+    """``group_data/<group>.py`` files: group -> data, and group -> file as messages name it."""
+    data: dict[str, dict] = {}
+    files: dict[str, str] = {}
+    if not directory.is_dir():
+        return data, files
+    problems = []
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError as e:
+        raise InputError([Problem(str(directory), f"cannot read: {e.strerror}")]) from None
+    for entry in entries:
+        if entry.suffix != ".py":
+            continue
+        try:
+            code, tree = _compile(str(entry))
+            namespace = _run(str(entry), code)
+            names = _exported(str(entry), tree, namespace)
+        except InputError as e:
+            problems += e.problems
+            continue
+        data[entry.stem] = {k: namespace[k] for k in names}
+        files[entry.stem] = f"{GROUP_DATA_DIR}/{entry.name}"
+    if problems:
+        raise InputError(merged(problems))
+    return data, files
+
+
+def _exported(path: str, tree: ast.Module, namespace: dict[str, Any]) -> list[str]:
+    """The names pyinfra takes from a group-data file: ``__all__`` when set, otherwise every
+    name not bound by an import and not ``__dunder__`` (pyinfra issue #1297)."""
+    if "__all__" in namespace:
+        exported = namespace["__all__"]
+        if not isinstance(exported, (list, tuple)) or not all(
+            isinstance(k, str) and k in namespace for k in exported
+        ):
+            raise InputError(
+                [Problem(path, f"__all__ must list names the file defines, got {shown(exported)}")]
+            )
+        return list(exported)
+    imported: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return [k for k in namespace if not k.startswith("__") and k not in imported]
+
+
+def _pyinfra_inventory(
+    path: str, all_group: tuple, groups: dict[str, tuple], override_data: dict | None = None
+) -> Inventory:
+    try:
+        return Inventory(all_group, override_data=override_data, **groups)
+    except Exception as e:  # a connector pyinfra does not know (@nope), and its kin
+        raise InputError(
+            [Problem(path, f"pyinfra refuses the inventory: {type(e).__name__}: {e}")]
+        ) from None
+
+
+def _python_error(filename: str, error: BaseException) -> Problem:
+    """A Problem for an exception raised inside an inventory or group-data file."""
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if frame.filename == filename:
+            line = frame.lineno
+    where = f"line {line}: " if line else ""
+    try:
+        text = str(error)
+    except Exception:  # an exception class of the user's whose __str__ fails
+        text = "(message unavailable)"
+    if len(text) > 200:
+        text = text[:190] + "... (cut)"
+    return Problem(filename, f"{where}{type(error).__name__}: {text}")

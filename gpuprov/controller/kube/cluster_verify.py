@@ -1,0 +1,84 @@
+"""``gpuprov verify --kubeconfig``: what the cluster shows of every planned host, read with ONE
+``kubectl get nodes -o json`` and compared by gpuprov.core.cluster.compare.
+
+The kubeconfig is checked when the check is set up, before any host is contacted, so a bad
+one is exit 2 with nothing touched; an unreachable API server is a finding per host.
+
+>>> check = ClusterCheck("~/.kube/config", cluster)   # doctest: +SKIP
+>>> check.add_to(results)                               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import sys
+
+from gpuprov.controller.kube.kubectl import Kubectl, KubectlError
+from gpuprov.core.cluster import health_cordon, manifests
+from gpuprov.core.cluster.compare import api_unreachable, compare_nodes
+from gpuprov.core.findings import Finding
+from gpuprov.core.plan import ClusterPlan
+
+
+class ClusterCheck:
+    """The cluster side of verify for ``cluster``'s hosts, through ``kubeconfig``."""
+
+    def __init__(self, kubeconfig: str, cluster: ClusterPlan):
+        self.client = Kubectl(kubeconfig)
+        self.client.check_kubeconfig()  # InputError: exit 2
+        self.plans = cluster.hosts
+        # The labels and taints exactly as `gpuprov kube render` plans them (the namespace only
+        # places the ConfigMaps, which verify does not read).
+        self.wanted = manifests.render(cluster, manifests.DEFAULT_NAMESPACE).nodes
+        self.nodes: dict[str, dict] | None = None  # the last node list read
+
+    def findings(self) -> dict[str, list[Finding]]:
+        try:
+            self.nodes = self.client.nodes()
+        except KubectlError as e:
+            self.nodes = None
+            return api_unreachable(self.plans, str(e))
+        return compare_nodes(self.plans, self.wanted, self.nodes)
+
+    def add_to(self, results: dict[str, list[Finding]], cordon_unhealthy: bool = False) -> None:
+        """Append each host's cluster findings to its findings in ``results``, then say which
+        nodes should be cordoned for an unhealthy GPU (``health_cordon``); with
+        ``cordon_unhealthy``, cordon them and say so on stderr. Never uncordons."""
+        sick = health_cordon.unhealthy(results)
+        for host, found in self.findings().items():
+            if host in sick:
+                # "uncordon it" is the wrong advice for a node whose GPU is unhealthy.
+                found = [f for f in found if f.check != health_cordon.CHECK]
+            results.setdefault(host, []).extend(found)
+        if self.nodes is None:
+            return
+        by_host = {w.host: w for w in self.wanted}
+        schedulable = health_cordon.to_cordon(sick, self.wanted, self.nodes)
+        for host in sick:
+            want = by_host.get(host)
+            if want is None or want.name not in self.nodes:
+                continue
+            if want not in schedulable:
+                results[host].append(health_cordon.kept(want))
+            elif not cordon_unhealthy:
+                results[host].append(health_cordon.hint(want))
+            else:
+                try:
+                    self.client.cordon(want.name)
+                except KubectlError as e:
+                    results[host].append(
+                        Finding(
+                            host,
+                            None,
+                            "kube-api",
+                            f"node {want.name} cordoned",
+                            str(e),
+                            "check the kubeconfig's permission to patch nodes",
+                        )
+                    )
+                    continue
+                print(
+                    f"verify: cordoned node {want.name} (host {host}: unhealthy GPU)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                results[host].append(health_cordon.cordoned(want))

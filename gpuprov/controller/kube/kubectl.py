@@ -1,0 +1,197 @@
+"""The one edge of gpuprov.controller.kube: the real ``kubectl`` client, run on the controller.
+
+>>> client = Kubectl("~/.kube/config")      # doctest: +SKIP
+>>> sorted(client.nodes())                  # doctest: +SKIP
+['gpu-a100-01', 'gpu-h100-01']
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from gpuprov.core.cluster.nodes import NodeChange
+from gpuprov.core.errors import InputError, Problem
+from gpuprov.host.contract import KUBE_FIELD_MANAGER
+
+# kubectl's words for an API server it could not reach (client-go's connection errors).
+_UNREACHABLE = (
+    "The connection to the server",
+    "Unable to connect to the server",
+    "connection refused",
+    "no such host",
+    "i/o timeout",
+)
+# The API server's Forbidden message (apiserver/pkg/endpoints/handlers/responsewriters, forbidden).
+_FORBIDDEN = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>\S+) resource "(?P<resource>[^"]+)" '
+    r'in API group "(?P<group>[^"]*)" (?P<scope>at the cluster scope|in the namespace "[^"]*")'
+)
+
+
+_NO_NAMESPACE = re.compile(r'\(NotFound\): namespaces "([^"]+)" not found')
+
+
+class KubectlError(Exception):
+    """kubectl ran and failed (API server down, no permission, conflict): its message."""
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: str, binary: str = "kubectl", timeout: float = 60.0):
+        self.kubeconfig = kubeconfig
+        self.binary = binary
+        self.timeout = timeout  # seconds one kubectl call may take
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        command = [self.binary, "--kubeconfig", self.kubeconfig, *args]
+        try:
+            # No terminal for kubectl to prompt on (an exec credential plugin asking for a login).
+            extra = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
+            return subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=self.timeout,
+                **extra,
+            )
+        except subprocess.TimeoutExpired:
+            raise KubectlError(
+                f"the API server did not answer within {self.timeout:.0f} s (kubectl {args[0]})"
+            ) from None
+        except OSError as e:
+            raise KubectlError(f"cannot run {self.binary}: {e}") from None
+
+    def _ok(self, what: str, *args: str, stdin: str | None = None) -> str:
+        result = self.run(*args, stdin=stdin)
+        if result.returncode != 0:
+            raise KubectlError(f"{what} failed: {explain(result.stderr)}")
+        return result.stdout
+
+    def check_kubeconfig(self) -> None:
+        """InputError (exit 2) unless the kubeconfig loads and names a current context;
+        kubectl itself parses it, offline."""
+        if not Path(self.kubeconfig).expanduser().is_file():
+            raise InputError([Problem(self.kubeconfig, "kubeconfig not found", key="--kubeconfig")])
+        try:
+            result = self.run("config", "view", "--minify", "-o", "json")
+        except KubectlError as e:
+            raise InputError([Problem(self.kubeconfig, str(e), key="--kubeconfig")]) from None
+        if result.returncode != 0:
+            raise InputError(
+                [
+                    Problem(
+                        self.kubeconfig,
+                        f"not a usable kubeconfig: {_last_lines(result.stderr)}",
+                        key="--kubeconfig",
+                    )
+                ]
+            )
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        """Every node of the cluster, in one list call: name -> the Node object."""
+        text = self._ok("listing nodes", "get", "nodes", "-o", "json")
+        try:
+            items = json.loads(text)["items"]
+            return {item["metadata"]["name"]: item for item in items}
+        except (ValueError, KeyError, TypeError):
+            raise KubectlError(f"listing nodes: not a node list: {text[:200]!r}") from None
+
+    def cordon(self, name: str) -> None:
+        """Mark node ``name`` unschedulable (``kubectl cordon``: spec.unschedulable only)."""
+        self._ok(f"cordoning node {name}", "cordon", name)
+
+    def apply(self, manifests: str) -> str:
+        """Server-side apply under gpuprov's field manager; gpuprov's keys win conflicts."""
+        return self._ok(
+            "kubectl apply",
+            "apply",
+            "--server-side",
+            f"--field-manager={KUBE_FIELD_MANAGER}",
+            "--force-conflicts",
+            "-f",
+            "-",
+            stdin=manifests,
+        )
+
+    def diff(self, manifests: str) -> str:
+        """What :meth:`apply` would change (``kubectl diff`` exits 1 when something differs)."""
+        result = self.run(
+            "diff",
+            "--server-side",
+            f"--field-manager={KUBE_FIELD_MANAGER}",
+            "--force-conflicts",
+            "-f",
+            "-",
+            stdin=manifests,
+        )
+        if result.returncode > 1:
+            raise KubectlError(f"kubectl diff failed: {explain(result.stderr)}")
+        return result.stdout
+
+    def patch_node(self, change: NodeChange, dry_run: bool = False) -> None:
+        """Send ``change`` as one JSON patch; it fails whole if the node's taints changed since
+        they were read (its ``test`` op), so a taint another controller added is never dropped.
+        ``dry_run``: the API server checks it (permissions, the ``test`` op) and keeps nothing."""
+        result = self.run(
+            "patch",
+            "node",
+            change.node,
+            "--type=json",
+            f"--field-manager={KUBE_FIELD_MANAGER}",
+            *(["--dry-run=server"] if dry_run else []),
+            "-p",
+            json.dumps(change.json_patch()),
+        )
+        if result.returncode == 0:
+            return
+        reason = explain(result.stderr)
+        if change.taints is not None and "The request is invalid" in result.stderr:
+            # What the API server answers when the JSON patch's `test` op fails.
+            reason = (
+                "its taints changed since gpuprov read them (another controller?): "
+                "nothing was changed on it; run apply again"
+            )
+        raise KubectlError(f"changing node {change.node} failed: {reason}")
+
+
+def missing_permissions(stderr: str) -> list[str]:
+    """Each permission the API server refused, as ``VERB RESOURCE`` and where.
+
+    >>> missing_permissions('Error from server (Forbidden): nodes "n1" is forbidden: User "ro" '
+    ...     'cannot patch resource "nodes" in API group "" at the cluster scope')
+    ['user "ro" may not patch nodes (API group core, at the cluster scope)']
+    """
+    out = []
+    for m in _FORBIDDEN.finditer(stderr):
+        group = m["group"] or "core"
+        text = f'user "{m["user"]}" may not {m["verb"]} {m["resource"]} (API group {group}, {m["scope"]})'
+        if text not in out:
+            out.append(text)
+    return out
+
+
+def explain(stderr: str) -> str:
+    """kubectl's failure in one line: the permissions refused, an unreachable API server, or
+    kubectl's last lines."""
+    refused = missing_permissions(stderr)
+    if refused:
+        return "missing permission: " + "; ".join(refused)
+    namespace = _NO_NAMESPACE.search(stderr)
+    if namespace:
+        return (
+            f"namespace {namespace[1]} does not exist: create it (`kubectl create namespace "
+            f"{namespace[1]}`) or pass the device plugin's --namespace"
+        )
+    last = _last_lines(stderr)
+    if any(marker in stderr for marker in _UNREACHABLE):
+        return f"the API server is unreachable: {last}"
+    return last
+
+
+def _last_lines(text: str, count: int = 3) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return " / ".join(lines[-count:]) or "no message"

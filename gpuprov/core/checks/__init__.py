@@ -1,0 +1,3 @@
+"""What verify compares that is not a file: the GPUs NVML reports (``gpus``) and what the
+kubelet registered from the device plugin (``kubelet_devices``). The files gpuprov writes are
+checked by their own modules in ``gpuprov/core/hostfiles/``; ``gpuprov/core/checks/host.py`` runs them all."""

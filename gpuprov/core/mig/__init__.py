@@ -1,0 +1,1 @@
+"""MIG layouts: the exact placement solver."""

@@ -1,1 +1,0 @@
-"""gpuprov.facts"""

@@ -1,0 +1,199 @@
+"""The probe: what NVML and a few files say about this host, as one JSON document.
+
+Runs on GPU hosts inside the agent zipapp, so it needs only the standard library and
+nvidia-ml-py's ``pynvml``. One ``nvmlInit`` per run, always matched by ``nvmlShutdown``. When NVML
+cannot start (no library, no driver, no permission) the document says so in ``nvml``/``error``
+and the exit code is still 0: "no driver" is an observation, not a failure of the probe.
+
+Schema ``gpuprov.probe/v1`` (docs/architecture.md). The GPUs come from
+``gpuprov.host.nvml_gpus``; the ``files`` section holds each requested file as
+``gpuprov.host.files`` reads it (text, ``null`` when missing, ``{"error": why}`` when not read:
+larger than ``PROBE_FILE_MAX_BYTES``, 1 MiB, or not a regular file). With
+``--kubelet-devices DIR`` the ``kubelet_devices`` section holds the kubelet's device-manager
+checkpoint (read the same way, up to ``KUBELET_CHECKPOINT_MAX_BYTES``) and the socket names in
+DIR (``gpuprov.host.kubelet.sockets``).
+
+    $ python3 -m gpuprov.host.agent.probe --file /etc/nvidia/device-plugin/config.yaml
+    {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "535.261.03", ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import pynvml
+
+from gpuprov.host import containerd_state
+from gpuprov.host.contract import (
+    KERNEL_LOG_PATH,
+    KUBELET_CHECKPOINT_MAX_BYTES,
+    KUBELET_DEVICE_CHECKPOINT_NAME,
+    PROBE_FILE_MAX_BYTES,
+    PROBE_SCHEMA,
+    containerd_drop_in_path,
+)
+from gpuprov.host.files import read_file, read_files
+from gpuprov.host.health import kernel_log, nvml_counters
+from gpuprov.host.health import section as health_section
+from gpuprov.host.kubelet import sockets
+from gpuprov.host.nvml_gpus import SimulatedDriverError, init_nvml, read_gpu
+
+# nvmlInit's failures that say what the host lacks: the document's ``nvml`` value.
+_INIT_FAILURES = {
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "library-not-found",
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "driver-not-loaded",
+    pynvml.NVML_ERROR_NO_PERMISSION: "no-permission",
+}
+
+
+def probe(
+    files: Sequence[str] = (),
+    globs: Sequence[str] = (),
+    containerd: str | None = None,
+    health: bool = False,
+    kernel_log_path: str = KERNEL_LOG_PATH,
+    kubelet_devices_dir: str | None = None,
+) -> dict[str, Any]:
+    """The probe document for this host; ``files``/``globs`` add a ``files`` section,
+    ``containerd`` (the main config's path) a ``containerd`` section: what containerd says
+    about its effective config (``gpuprov.host.containerd_state``); ``health`` a ``health``
+    section: each GPU's NVML error counters and the XIDs in the kernel log at
+    ``kernel_log_path`` (``gpuprov.host.health``); ``kubelet_devices_dir`` (the kubelet's
+    device-plugin directory) a ``kubelet_devices`` section (``read_kubelet_devices``).
+
+    >>> probe()["nvml"]            # on a machine without libnvidia-ml  # doctest: +SKIP
+    'library-not-found'
+    """
+    document: dict[str, Any] = {
+        "schema": PROBE_SCHEMA,
+        "nvml": "ok",
+        "error": None,
+        "driver_version": None,
+        "nvml_version": None,
+        "gpus": [],
+    }
+    counters: dict[int, dict[str, Any]] = {}
+    document.update(_nvml(counters if health else None))
+    if health:
+        document["health"] = health_section.section(
+            document["gpus"], counters, kernel_log.read(kernel_log_path)
+        )
+    if files or globs:
+        document["files"] = read_files(files, globs)
+    if containerd:
+        document["containerd"] = containerd_state.read(
+            containerd, containerd_drop_in_path(containerd)
+        )
+    if kubelet_devices_dir:
+        document["kubelet_devices"] = read_kubelet_devices(kubelet_devices_dir)
+    return document
+
+
+def read_kubelet_devices(directory: str) -> dict[str, Any]:
+    """What the kubelet registered: its device-manager checkpoint's text (as ``read_file``
+    reports a file, up to ``KUBELET_CHECKPOINT_MAX_BYTES``) and the sockets in ``directory``.
+
+    >>> read_kubelet_devices("/nonexistent")
+    {'directory': '/nonexistent', 'checkpoint': None, 'sockets': None}
+    """
+    checkpoint = os.path.join(directory, KUBELET_DEVICE_CHECKPOINT_NAME)
+    return {
+        "directory": directory,
+        "checkpoint": read_file(checkpoint, KUBELET_CHECKPOINT_MAX_BYTES),
+        "sockets": sockets.sockets(directory),
+    }
+
+
+def _nvml(counters: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """NVML's part of the document; fills ``counters`` (GPU index -> health readings) when
+    given, inside the same ``nvmlInit``."""
+    try:
+        init_nvml()
+    except pynvml.NVMLError as e:
+        return {"nvml": _INIT_FAILURES.get(e.value, "error"), "error": str(e)}
+    except SimulatedDriverError as e:
+        return {"nvml": "error", "error": str(e)}
+    found: dict[str, Any] = {}
+    try:
+        found["driver_version"] = pynvml.nvmlSystemGetDriverVersion()
+        found["nvml_version"] = pynvml.nvmlSystemGetNVMLVersion()
+        found["gpus"] = [read_gpu(index) for index in range(pynvml.nvmlDeviceGetCount())]
+        if counters is not None:
+            for gpu in found["gpus"]:
+                device = pynvml.nvmlDeviceGetHandleByIndex(gpu["index"])
+                counters[gpu["index"]] = nvml_counters.read(device)
+    except pynvml.NVMLError as e:
+        found.update(nvml="error", error=str(e), gpus=[])
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError as e:
+            found.setdefault("error", f"nvmlShutdown: {e}")
+            found.setdefault("nvml", "error")
+    return found
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuprov-probe", description="Print what NVML and some files say, as JSON."
+    )
+    parser.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help=f"include this file's text (repeatable; at most {PROBE_FILE_MAX_BYTES} bytes, "
+        'else {"error": why})',
+    )
+    parser.add_argument(
+        "--glob",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="include every file matching PATTERN (repeatable)",
+    )
+    parser.add_argument(
+        "--containerd",
+        metavar="PATH",
+        help="include containerd's release, effective config and CRI plugin state for the "
+        "main config at PATH",
+    )
+    parser.add_argument(
+        "--health",
+        action="store_true",
+        help="include each GPU's ECC, row remapping and retired pages, and the kernel log's XIDs",
+    )
+    parser.add_argument(
+        "--kubelet-devices",
+        metavar="DIR",
+        help="include the kubelet's device-manager checkpoint and the socket names in DIR "
+        "(the kubelet's device-plugin directory)",
+    )
+    parser.add_argument("--format", choices=["json"], default="json", help="output format")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the probe document; 0 whatever NVML said, 2 for a bad command line."""
+    try:
+        options = _parser().parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    document = probe(
+        options.file,
+        options.glob,
+        options.containerd,
+        options.health,
+        kubelet_devices_dir=options.kubelet_devices,
+    )
+    print(json.dumps(document, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

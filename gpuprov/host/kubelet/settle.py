@@ -1,0 +1,170 @@
+"""Wait, on the host, until the kubelet has registered what the device plugin should serve.
+
+After the deploy restarts the device plugin (a new config, a MIG change) or the kubelet (a new
+``maxPods``), the node advertises the new devices only once the plugin has registered again and
+the kubelet has rewritten its device-manager checkpoint: about 2 s for a plugin restart, up to
+12 s after a kubelet restart (measured in the lab: the kubelet first retries the old plugin
+socket for 10 s). A ``gpuprov verify`` in that window reports drift that heals by itself, so the
+deploy waits here, bounded, and fails the host naming what is still missing.
+
+Done is what verify checks on the node (``gpuprov.core.checks.kubelet_devices``): per wanted resource,
+that many device ids in the checkpoint and NVIDIA's plugin socket for it in the same directory;
+and, since a socket exists before its registration succeeds, a checkpoint written after every
+one of those sockets and after the kubelet's own socket. The kubelet writes it when a plugin's
+first device list arrives (``genericDeviceUpdateCallback`` -> ``writeCheckpoint``, kubernetes
+pkg/kubelet/cm/devicemanager/manager.go). Seen in the lab: a plugin that registers while the
+kubelet restarts serves its socket for 5 s, fails (``context deadline exceeded``) and retries
+only 30 s later, all that time beside a checkpoint that still lists the old devices.
+
+Nothing to wait for where no device plugin runs on the host (yet): a node deployed before the
+device plugin chart is installed (docs/kubernetes.md, step by step) has a kubelet but no plugin.
+A plugin process is looked for, by its program name, for ``PLUGIN_GRACE_SECONDS`` first: a
+restart leaves none for a moment (systemd's ``RestartSec``).
+
+>>> main(["--dir", "/var/lib/kubelet/device-plugins", "--want", "nvidia.com/gpu=4",
+...       "--timeout", "60"])                                       # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from gpuprov.host.contract import (
+    AGENT_EXIT_BAD_INPUT,
+    DEVICE_PLUGIN_PROGRAM,
+    KUBELET_CHECKPOINT_MAX_BYTES,
+    KUBELET_DEVICE_CHECKPOINT_NAME,
+    KUBELET_SOCKET_NAME,
+    device_plugin_socket,
+)
+from gpuprov.host.kubelet.checkpoint import CheckpointError, registered_devices
+from gpuprov.host.kubelet.sockets import sockets
+
+POLL_SECONDS = 0.5
+PLUGIN_GRACE_SECONDS = 10.0
+
+
+def plugin_runs(proc: str = "/proc") -> bool:
+    """Whether a process of NVIDIA's device plugin runs on this host (a DaemonSet's pods are
+    host processes too): one whose first argument's file name is the plugin's program.
+
+    >>> plugin_runs("/nonexistent")
+    False
+    """
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+                argv0 = f.read(4096).split(b"\0", 1)[0]
+        except OSError:  # gone, or not ours to read
+            continue
+        if os.path.basename(argv0.decode(errors="replace")) == DEVICE_PLUGIN_PROGRAM:
+            return True
+    return False
+
+
+def missing(directory: str, want: Mapping[str, int]) -> list[str]:
+    """What the kubelet in ``directory`` does not have yet of ``want`` (resource -> device
+    count); [] when it has all of it.
+
+    >>> missing("/nonexistent", {"nvidia.com/gpu": 4})
+    ['no checkpoint in /nonexistent']
+    """
+    path = os.path.join(directory, KUBELET_DEVICE_CHECKPOINT_NAME)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(KUBELET_CHECKPOINT_MAX_BYTES + 1)
+    except FileNotFoundError:
+        return [f"no checkpoint in {directory}"]
+    except OSError as e:
+        return [f"{path} unreadable: {e.strerror}"]
+    try:
+        registered = registered_devices(text)
+    except CheckpointError as e:  # rewritten in place while read, or really malformed
+        return [f"{path}: {e}"]
+    listed = sockets(directory)
+    served = set(listed) if isinstance(listed, list) else set()
+    out = []
+    needed = [KUBELET_SOCKET_NAME]
+    for resource, count in sorted(want.items()):
+        have = len(registered.get(resource, ()))
+        if have != count:
+            out.append(f"{resource}: {have} of {count} devices registered")
+        socket = device_plugin_socket(resource)
+        if socket is not None and socket not in served:
+            out.append(f"no {socket} (the plugin does not serve {resource})")
+        elif socket is not None:
+            needed.append(socket)
+    if not out:
+        out += _unregistered(directory, path, needed)
+    return out
+
+
+def _unregistered(directory: str, checkpoint: str, names: list[str]) -> list[str]:
+    """The sockets of ``names`` made after the checkpoint was last written: a kubelet or a
+    plugin (re)started whose registration the kubelet has not recorded yet."""
+    try:
+        written = os.stat(checkpoint).st_mtime_ns
+        newer = [n for n in names if os.stat(os.path.join(directory, n)).st_mtime_ns > written]
+    except FileNotFoundError as e:  # replaced between the listing and the stat
+        return [f"{e.filename} gone"]
+    return [f"{n} is newer than the checkpoint (not registered yet)" for n in newer]
+
+
+def wait(directory: str, want: Mapping[str, int], timeout: float) -> list[str]:
+    """Poll until nothing is ``missing``, for at most ``timeout`` seconds; what is still
+    missing then ([] on success)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = missing(directory, want)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(POLL_SECONDS)
+
+
+def _want(text: str) -> tuple[str, int]:
+    resource, _, count = text.rpartition("=")
+    if not resource or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not RESOURCE=COUNT")
+    return resource, int(count)
+
+
+def main(argv: Sequence[str]) -> int:
+    """0 when the kubelet has every wanted resource, or no device plugin runs; 1 after the
+    timeout (what is missing on stderr); 2 for a bad command line."""
+    parser = argparse.ArgumentParser(prog="agent.pyz settle", description=__doc__.split("\n")[0])
+    parser.add_argument("--dir", required=True, help="the kubelet's device-plugin directory")
+    parser.add_argument(
+        "--want", type=_want, action="append", default=[], help="RESOURCE=COUNT (repeatable)"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait at most")
+    parser.add_argument(
+        "--proc", default="/proc", help="where the host's processes are listed (default /proc)"
+    )
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as e:
+        return AGENT_EXIT_BAD_INPUT if e.code else 0
+    grace = time.monotonic() + min(PLUGIN_GRACE_SECONDS, options.timeout)
+    while not plugin_runs(options.proc):
+        if time.monotonic() >= grace:
+            print(f"no {DEVICE_PLUGIN_PROGRAM} runs on this host: nothing to wait for")
+            return 0
+        time.sleep(POLL_SECONDS)
+    left = wait(options.dir, dict(options.want), options.timeout)
+    if left:
+        print(
+            f"error: after {options.timeout:g} s the kubelet does not advertise the plan: "
+            + "; ".join(left),
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,146 @@
+"""The GPUs as NVML reports them: one GPU's identity, MIG mode and its GPU and compute instances.
+
+GI profiles are walked the way mig-parted does: every NVML_GPU_INSTANCE_PROFILE_* constant gives
+a profile info whose ``id`` (the other numbering, the one ``-cgi`` and
+``GpuInstanceInfo.profileId`` use) lists that profile's GIs. ``profile`` comes from the GI
+profile info ``name`` (``"MIG 3g.40gb"`` -> ``"3g.40gb"``).
+
+>>> init_nvml(); read_gpu(0)["mig"]                 # doctest: +SKIP
+{'current': True, 'pending': True}
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import importlib.util
+import os
+from typing import Any
+
+import pynvml
+
+from gpuprov.host.contract import NVML_PROFILE_ABSENT, SIM_ENV, SIM_PYTHON_DIR, SIM_PYTHON_ENV
+
+
+class SimulatedDriverError(Exception):
+    """``GPUPROV_NVML_SIM`` is set but the simulated driver cannot be used; the message says why."""
+
+
+def init_nvml() -> None:
+    """``nvmlInit``, routed to the simulated driver under ``GPUPROV_NVML_SIM`` (lab and tests).
+
+    Without the simulator installed, NVML's "library not found", as on a host without a driver;
+    SimulatedDriverError when its state file is malformed.
+    """
+    path = os.environ.get(SIM_ENV)
+    if path:
+        simulator = _simulator()
+        try:
+            simulator.install(path)
+        except simulator.StateError as e:
+            raise SimulatedDriverError(f"simulated driver ({SIM_ENV}): {e}") from None
+    pynvml.nvmlInit()
+
+
+def _simulator() -> Any:
+    """The ``gpuprov_lab.sim`` package: in a source tree it is importable as is; the agent bundle
+    does not carry it, so on a lab host it comes from where the lab's simulated driver package
+    installed it (``SIM_PYTHON_DIR``), as the real driver's library comes from the driver."""
+    import sys
+
+    import gpuprov
+
+    directory = os.environ.get(SIM_PYTHON_ENV) or SIM_PYTHON_DIR
+    try:
+        found = importlib.util.find_spec("gpuprov_lab.sim") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found and directory not in sys.path:
+        # Appended: what the bundle has (contract, probe) still comes from the bundle.
+        sys.path.append(directory)
+        gpuprov.__path__.append(os.path.join(directory, "gpuprov"))
+    try:
+        return importlib.import_module("gpuprov_lab.sim")
+    except ImportError:
+        # Not installed yet is what a host without the driver package says: no NVML library.
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND) from None
+
+
+def read_gpu(index: int) -> dict[str, Any]:
+    device = pynvml.nvmlDeviceGetHandleByIndex(index)
+    gpu: dict[str, Any] = {
+        "index": index,
+        "uuid": pynvml.nvmlDeviceGetUUID(device),
+        "name": pynvml.nvmlDeviceGetName(device),
+        "memory_total_mib": pynvml.nvmlDeviceGetMemoryInfo(device).total // (1024 * 1024),
+        "pci_bus_id": pynvml.nvmlDeviceGetPciInfo(device).busId,
+        "mig": None,
+        "gpu_instances": [],
+    }
+    try:
+        current, pending = pynvml.nvmlDeviceGetMigMode(device)
+    except pynvml.NVMLError_NotSupported:
+        return gpu
+    gpu["mig"] = {
+        "current": current == pynvml.NVML_DEVICE_MIG_ENABLE,
+        "pending": pending == pynvml.NVML_DEVICE_MIG_ENABLE,
+    }
+    if gpu["mig"]["current"]:
+        gpu["gpu_instances"] = _gpu_instances(device)
+    return gpu
+
+
+def _profiles(lookup: Any, count: int) -> list[Any]:
+    """Profile infos for constants 0..count-1 that exist (``lookup(const)``)."""
+    found = []
+    for const in range(count):
+        try:
+            found.append(lookup(const))
+        except pynvml.NVMLError as e:
+            if e.value not in NVML_PROFILE_ABSENT:
+                raise
+    return found
+
+
+def _gpu_instances(device: Any) -> list[dict[str, Any]]:
+    instances = []
+    for profile in _profiles(
+        lambda c: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(device, c),
+        pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT,
+    ):
+        handles = (pynvml.c_nvmlGpuInstance_t * profile.instanceCount)()
+        count = ctypes.c_uint(profile.instanceCount)
+        pynvml.nvmlDeviceGetGpuInstances(device, profile.id, handles, ctypes.byref(count))
+        for handle in handles[: count.value]:
+            info = pynvml.nvmlGpuInstanceGetInfo(handle)
+            instances.append(
+                {
+                    "id": info.id,
+                    "profile_id": info.profileId,
+                    "profile": profile.name.removeprefix("MIG "),
+                    "start": info.placement.start,
+                    "size": info.placement.size,
+                    "compute_instances": _compute_instances(handle),
+                }
+            )
+    return sorted(instances, key=lambda gi: (gi["start"], gi["id"]))
+
+
+def _compute_instances(gpu_instance: Any) -> list[dict[str, Any]]:
+    shared = pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+    found = []
+    for profile in _profiles(
+        lambda c: pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gpu_instance, c, shared),
+        pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
+    ):
+        handles = (pynvml.c_nvmlComputeInstance_t * profile.instanceCount)()
+        count = ctypes.c_uint(profile.instanceCount)
+        pynvml.nvmlGpuInstanceGetComputeInstances(
+            gpu_instance, profile.id, handles, ctypes.byref(count)
+        )
+        for handle in handles[: count.value]:
+            info = pynvml.nvmlComputeInstanceGetInfo(handle)
+            found.append(
+                {"id": info.id, "profile_id": info.profileId, "slice_count": profile.sliceCount}
+            )
+    return sorted(found, key=lambda ci: ci["id"])

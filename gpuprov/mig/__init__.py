@@ -1,1 +1,0 @@
-"""MIG layouts: the exact placement solver and its result types."""

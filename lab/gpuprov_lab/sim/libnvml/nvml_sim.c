@@ -1,0 +1,1550 @@
+/* A simulated libnvidia-ml.so.1: NVML's C ABI answered from the simulated driver's state file.
+ *
+ * The rules are those of the Python simulator (lab/gpuprov_lab/sim/nvml.py), call for call: the same
+ * handles, names, UUIDs, MIG devices, error codes and precedence, for the read-only functions
+ * it serves. Data comes from gpuprov itself: build.py generates sim_data.h from the catalog,
+ * pynvml and gpuprov_lab.sim.nvml, and tests/test_libnvml_parity.py proves the answers equal.
+ * Calls that change state (MIG mode, GPU and compute instances) and every other NVML function a
+ * consumer may link return NVML_ERROR_NOT_SUPPORTED (unsupported.h): a program that dlopens this
+ * library never finds a symbol missing.
+ *
+ * Each call reads the state file anew (writers replace it atomically, so a read is a consistent
+ * snapshot) and keeps nothing but the nvmlInit count, so any thread may call at any time.
+ * GPUPROV_NVML_SIM names the state file (default: SIM_STATE_PATH); GPUPROV_NVML_SIM_TRACE, when
+ * set, names a file that gets one "<function> <return code>" line per call.
+ */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "json.h"
+#include "uuid5.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* nvmlReturn_t values (nvml.h). */
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_LIBRARY_NOT_FOUND = 12,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+/* The catalog and constants as build.py writes them into sim_data.h. */
+struct sim_placement {
+    unsigned start, size;
+};
+struct sim_profile {
+    const char *name;
+    unsigned id, constant, compute_slices, max_instances;
+    unsigned long long memory_mib;
+    const struct sim_placement *placements;
+    unsigned placement_count;
+};
+struct sim_model {
+    const char *alias;
+    const char *const *nvml_names;
+    unsigned nvml_name_count;
+    unsigned pci_device_id;
+    unsigned long long memory_mib;
+    unsigned memory_slots, compute_slices;
+    const struct sim_profile *profiles;
+    unsigned profile_count;
+    unsigned cc_major, cc_minor;
+    unsigned memory_repair; /* REPAIR_ROW_REMAPPING, REPAIR_PAGE_RETIREMENT or 0 */
+};
+struct sim_error {
+    int code;
+    const char *name;
+    const char *text;
+};
+
+#include "sim_data.h"
+
+/* NVML structs, laid out as nvml.h (and pynvml) define them. */
+typedef struct {
+    char busIdLegacy[16];
+    unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+typedef struct {
+    unsigned version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+typedef struct {
+    unsigned id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount,
+        decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+typedef struct {
+    unsigned version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount,
+        copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+} nvmlGpuInstanceProfileInfo_v2_t;
+typedef struct {
+    unsigned start, size;
+} nvmlPlacement_t;
+typedef struct {
+    uintptr_t device;
+    unsigned id, profileId;
+    nvmlPlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+typedef struct {
+    uintptr_t device, gpuInstance;
+    unsigned id, profileId;
+    nvmlPlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+typedef struct {
+    unsigned id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount,
+        sharedDecoderCount, sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+typedef struct {
+    unsigned version, id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount,
+        sharedDecoderCount, sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+    char name[96];
+} nvmlComputeInstanceProfileInfo_v2_t;
+typedef struct {
+    unsigned multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount,
+        sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+/* A versioned struct's version word carries its size (nvml.h NVML_STRUCT_VERSION). */
+_Static_assert((MEMORY_V2 & 0xFFFFFF) == sizeof(nvmlMemory_v2_t), "nvmlMemory_v2_t");
+_Static_assert((GPU_INSTANCE_PROFILE_INFO_V2 & 0xFFFFFF) == sizeof(nvmlGpuInstanceProfileInfo_v2_t),
+               "nvmlGpuInstanceProfileInfo_v2_t");
+_Static_assert((COMPUTE_INSTANCE_PROFILE_INFO_V2 & 0xFFFFFF) ==
+                   sizeof(nvmlComputeInstanceProfileInfo_v2_t),
+               "nvmlComputeInstanceProfileInfo_v2_t");
+
+/* -- the state file ------------------------------------------------------------------------- */
+
+#define MAX_GPUS 64
+#define MAX_GIS 8
+#define MAX_CIS 8
+#define MAX_PAGES 64 /* retired pages per cause; a state with more reads as UNKNOWN */
+
+struct sim_ci {
+    unsigned id, profile_id, start, size;
+};
+struct sim_gi {
+    unsigned id, profile_id, start, size, ci_count;
+    struct sim_ci cis[MAX_CIS];
+};
+struct sim_page {
+    unsigned long long address, timestamp;
+};
+/* gpuprov_lab.sim.state.new_health: zeros when the state file has no "health" for the GPU. */
+struct sim_health {
+    unsigned long long ecc[2][2]; /* [corrected, uncorrected][volatile, aggregate] */
+    unsigned remap_corrected, remap_uncorrected;
+    int remap_pending, remap_failure;
+    unsigned page_count[2]; /* [single_bit, double_bit] */
+    struct sim_page pages[2][MAX_PAGES];
+    int pages_pending;
+};
+struct sim_gpu {
+    unsigned index;
+    const struct sim_model *model; /* NULL: not in the catalog */
+    char uuid[96];
+    char pci_bus_id[32];
+    int mig_current, mig_pending;
+    unsigned gi_count;
+    struct sim_gi gis[MAX_GIS];
+    struct sim_health health;
+};
+struct sim_state {
+    int loaded;
+    char version[64];
+    unsigned gpu_count;
+    struct sim_gpu gpus[MAX_GPUS];
+    char fault_function[128]; /* a fault that has fired: this function fails with fault_code */
+    int fault_code;
+};
+
+static int initialized;
+
+static const char *state_path(void)
+{
+    const char *path = getenv(SIM_ENV);
+    return path && *path ? path : SIM_STATE_PATH;
+}
+
+static const struct sim_model *find_model(const char *name)
+{
+    /* catalog.find: by alias, then by NVML product name */
+    for (unsigned i = 0; i < sizeof(MODELS) / sizeof(MODELS[0]); i++)
+        if (strcmp(MODELS[i].alias, name) == 0)
+            return &MODELS[i];
+    for (unsigned i = 0; i < sizeof(MODELS) / sizeof(MODELS[0]); i++)
+        for (unsigned j = 0; j < MODELS[i].nvml_name_count; j++)
+            if (strcmp(MODELS[i].nvml_names[j], name) == 0)
+                return &MODELS[i];
+    return NULL;
+}
+
+static int error_code(const char *name)
+{
+    for (unsigned i = 0; i < sizeof(ERRORS) / sizeof(ERRORS[0]); i++)
+        if (strcmp(ERRORS[i].name, name) == 0)
+            return ERRORS[i].code;
+    return NVML_ERROR_UNKNOWN;
+}
+
+static int read_uint(const struct json_node *object, const char *key, unsigned *out)
+{
+    const struct json_node *n = json_get(object, key);
+    if (n == NULL || n->type != JSON_NUMBER || n->number < 0 || n->number > 0xFFFFFFFF ||
+        n->number != (double)(unsigned)n->number)
+        return 0;
+    *out = (unsigned)n->number;
+    return 1;
+}
+
+static int read_bool(const struct json_node *object, const char *key, int *out)
+{
+    const struct json_node *n = json_get(object, key);
+    if (n == NULL || (n->type != JSON_TRUE && n->type != JSON_FALSE))
+        return 0;
+    *out = n->type == JSON_TRUE;
+    return 1;
+}
+
+static int read_string(const struct json_node *object, const char *key, char *out, size_t size)
+{
+    const struct json_node *n = json_get(object, key);
+    if (n == NULL || n->type != JSON_STRING || strlen(n->string) >= size)
+        return 0;
+    strcpy(out, n->string);
+    return 1;
+}
+
+static int read_u64(const struct json_node *object, const char *key, unsigned long long *out)
+{
+    const struct json_node *n = json_get(object, key);
+    if (n == NULL || n->type != JSON_NUMBER || n->number < 0 || n->number > 9007199254740992.0 ||
+        n->number != (double)(unsigned long long)n->number)
+        return 0;
+    *out = (unsigned long long)n->number;
+    return 1;
+}
+
+/* The "health" object of a GPU (gpuprov_lab.sim.state.new_health); 1 when absent or well formed. */
+static int read_health(const struct json_node *node, struct sim_health *h)
+{
+    static const char *const kinds[2] = {"corrected", "uncorrected"};
+    static const char *const counters[2] = {"volatile", "aggregate"};
+    static const char *const causes[2] = {"single_bit", "double_bit"};
+    const struct json_node *health = json_get(node, "health");
+    const struct json_node *ecc = json_get(health, "ecc");
+    const struct json_node *rows = json_get(health, "remapped_rows");
+    const struct json_node *retired = json_get(health, "retired_pages");
+    if (health == NULL)
+        return 1;
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < 2; c++)
+            if (!read_u64(json_get(ecc, kinds[k]), counters[c], &h->ecc[k][c]))
+                return 0;
+    if (!read_uint(rows, "corrected", &h->remap_corrected) ||
+        !read_uint(rows, "uncorrected", &h->remap_uncorrected) ||
+        !read_bool(rows, "pending", &h->remap_pending) ||
+        !read_bool(rows, "failure", &h->remap_failure) ||
+        !read_bool(retired, "pending", &h->pages_pending))
+        return 0;
+    for (int c = 0; c < 2; c++) {
+        const struct json_node *list = json_get(retired, causes[c]);
+        if (list == NULL || list->type != JSON_ARRAY)
+            return 0;
+        for (const struct json_node *p = list->child; p != NULL; p = p->next) {
+            struct sim_page *page = &h->pages[c][h->page_count[c]];
+            if (h->page_count[c] == MAX_PAGES || !read_u64(p, "address", &page->address) ||
+                !read_u64(p, "timestamp", &page->timestamp))
+                return 0;
+            h->page_count[c]++;
+        }
+    }
+    return 1;
+}
+
+static int by_ci_id(const void *a, const void *b)
+{
+    unsigned x = ((const struct sim_ci *)a)->id, y = ((const struct sim_ci *)b)->id;
+    return (x > y) - (x < y);
+}
+
+static int by_gi_id(const void *a, const void *b)
+{
+    unsigned x = ((const struct sim_gi *)a)->id, y = ((const struct sim_gi *)b)->id;
+    return (x > y) - (x < y);
+}
+
+static int read_gpu(const struct json_node *node, struct sim_gpu *gpu)
+{
+    char model[128];
+    const struct json_node *gis = json_get(node, "gpu_instances");
+    if (!read_uint(node, "index", &gpu->index) || !read_string(node, "model", model, sizeof(model)) ||
+        !read_string(node, "uuid", gpu->uuid, sizeof(gpu->uuid)) ||
+        !read_string(node, "pci_bus_id", gpu->pci_bus_id, sizeof(gpu->pci_bus_id)) ||
+        !read_bool(node, "mig_current", &gpu->mig_current) ||
+        !read_bool(node, "mig_pending", &gpu->mig_pending) || gis == NULL ||
+        gis->type != JSON_ARRAY || !read_health(node, &gpu->health))
+        return 0;
+    gpu->model = find_model(model);
+    for (const struct json_node *g = gis->child; g != NULL; g = g->next) {
+        struct sim_gi *gi = &gpu->gis[gpu->gi_count];
+        const struct json_node *cis = json_get(g, "compute_instances");
+        if (gpu->gi_count == MAX_GIS || !read_uint(g, "id", &gi->id) ||
+            !read_uint(g, "profile_id", &gi->profile_id) || !read_uint(g, "start", &gi->start) ||
+            !read_uint(g, "size", &gi->size) || cis == NULL || cis->type != JSON_ARRAY)
+            return 0;
+        for (const struct json_node *c = cis->child; c != NULL; c = c->next) {
+            struct sim_ci *ci = &gi->cis[gi->ci_count];
+            if (gi->ci_count == MAX_CIS || !read_uint(c, "id", &ci->id) ||
+                !read_uint(c, "profile_id", &ci->profile_id) || !read_uint(c, "start", &ci->start) ||
+                !read_uint(c, "size", &ci->size))
+                return 0;
+            gi->ci_count++;
+        }
+        qsort(gi->cis, gi->ci_count, sizeof(gi->cis[0]), by_ci_id);
+        gpu->gi_count++;
+    }
+    qsort(gpu->gis, gpu->gi_count, sizeof(gpu->gis[0]), by_gi_id);
+    return 1;
+}
+
+/* gpuprov_lab.sim.nvml: a fault fails its function once it has let `successes` calls through.
+ * Counting those successes means writing the state; this library never writes, so it honours a
+ * fault only once it has fired, which is where the answers differ from a successful call. */
+static void read_fault(const struct json_node *root, struct sim_state *state)
+{
+    const struct json_node *fault = json_get(json_get(root, "faults"), "fail_after");
+    const struct json_node *function = json_get(fault, "function");
+    const struct json_node *error = json_get(fault, "error");
+    unsigned successes = 0, succeeded = 0;
+    if (function == NULL || function->type != JSON_STRING ||
+        strlen(function->string) >= sizeof(state->fault_function))
+        return;
+    read_uint(fault, "successes", &successes);
+    read_uint(fault, "succeeded", &succeeded);
+    if (succeeded < successes)
+        return;
+    strcpy(state->fault_function, function->string);
+    state->fault_code = error && error->type == JSON_STRING && *error->string
+                            ? error_code(error->string)
+                            : NVML_ERROR_UNKNOWN;
+}
+
+static int parse_state(const char *text, size_t length, struct sim_state *state)
+{
+    struct json_arena arena;
+    const struct json_node *root = json_parse(&arena, text, length);
+    const struct json_node *schema = json_get(root, "schema");
+    const struct json_node *driver = json_get(root, "driver");
+    const struct json_node *gpus = json_get(root, "gpus");
+    const struct json_node *loaded = json_get(driver, "loaded");
+    int ok = schema && schema->type == JSON_STRING && strcmp(schema->string, SIM_SCHEMA) == 0 &&
+             read_string(driver, "version", state->version, sizeof(state->version)) && gpus &&
+             gpus->type == JSON_ARRAY;
+    /* driver.loaded defaults to true, as state["driver"].get("loaded", True) */
+    state->loaded = loaded == NULL || (loaded->type != JSON_FALSE && loaded->type != JSON_NULL);
+    for (const struct json_node *g = ok ? gpus->child : NULL; g != NULL && ok; g = g->next) {
+        ok = state->gpu_count < MAX_GPUS && read_gpu(g, &state->gpus[state->gpu_count]);
+        state->gpu_count++;
+    }
+    if (ok)
+        read_fault(root, state);
+    json_free(&arena);
+    return ok;
+}
+
+static struct sim_state *load_state(void)
+{
+    struct sim_state *state = calloc(1, sizeof(*state));
+    int fd = open(state_path(), O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    char *text = NULL;
+    size_t length = 0;
+    if (state == NULL || fd < 0 || fstat(fd, &st) != 0 || st.st_size > (1 << 24))
+        goto fail;
+    text = malloc((size_t)st.st_size + 1);
+    while (text != NULL && length < (size_t)st.st_size) {
+        ssize_t n = read(fd, text + length, (size_t)st.st_size - length);
+        if (n <= 0)
+            break;
+        length += (size_t)n;
+    }
+    if (text == NULL || length != (size_t)st.st_size || !parse_state(text, length, state))
+        goto fail;
+    free(text);
+    close(fd);
+    return state;
+fail:
+    free(text);
+    free(state);
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+/* -- call frame ----------------------------------------------------------------------------- */
+
+static int trace(const char *function, int rc)
+{
+    const char *path = getenv(SIM_TRACE_ENV);
+    if (path && *path) {
+        char line[160];
+        int n = snprintf(line, sizeof(line), "%s %d\n", function, rc);
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            if (write(fd, line, (size_t)n) < 0) {
+                /* tracing is best effort */
+            }
+            close(fd);
+        }
+    }
+    return rc;
+}
+
+/* What every served call does first (gpuprov_lab.sim.nvml SimulatedNvml._call and _Driver.run). */
+static int begin(const char *function, struct sim_state **state)
+{
+    *state = NULL;
+    if (!__atomic_load_n(&initialized, __ATOMIC_SEQ_CST))
+        return NVML_ERROR_UNINITIALIZED;
+    *state = load_state();
+    if (*state == NULL)
+        return NVML_ERROR_UNKNOWN;
+    if (strcmp((*state)->fault_function, function) == 0)
+        return (*state)->fault_code;
+    return NVML_SUCCESS;
+}
+
+static int end(const char *symbol, struct sim_state *state, int rc)
+{
+    free(state);
+    return trace(symbol, rc);
+}
+
+/* SERVED(symbol, function, call): load the state as `function` (the name the Python simulator
+ * knows, for faults), run `call` with `s` bound to it, trace under `symbol`. */
+#define SERVED(symbol, function, call)                      \
+    {                                                       \
+        struct sim_state *s;                                \
+        int rc = begin(#function, &s);                      \
+        if (rc == NVML_SUCCESS)                             \
+            rc = call;                                      \
+        return end(#symbol, s, rc);                         \
+    }
+
+/* -- handles -------------------------------------------------------------------------------- */
+
+static uintptr_t encode(unsigned kind, unsigned gpu, unsigned gi, unsigned ci)
+{
+    return (uintptr_t)HANDLE_TAG << 44 | (uintptr_t)kind << 36 | (uintptr_t)gpu << 24 |
+           (uintptr_t)gi << 12 | ci;
+}
+
+struct handle {
+    unsigned kind, gpu, gi, ci;
+};
+
+static struct handle decode(uintptr_t value)
+{
+    struct handle h = {0, 0, 0, 0};
+    if (value >> 44 == HANDLE_TAG)
+        h = (struct handle){value >> 36 & 0xFF, value >> 24 & 0xFFF, value >> 12 & 0xFFF,
+                            value & 0xFFF};
+    return h;
+}
+
+#define KINDS(a, b) (1u << (a) | 1u << (b))
+
+static int gpu_of(struct sim_state *s, uintptr_t handle, unsigned kinds, struct sim_gpu **gpu)
+{
+    struct handle h = decode(handle);
+    if (h.kind == 0 || h.kind > 31 || !(kinds & 1u << h.kind) || h.gpu >= s->gpu_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *gpu = &s->gpus[h.gpu];
+    return NVML_SUCCESS;
+}
+
+static int model_of(const struct sim_gpu *gpu, const struct sim_model **model)
+{
+    *model = gpu->model;
+    return gpu->model ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+static int mig_model(const struct sim_gpu *gpu, int enabled, const struct sim_model **model)
+{
+    int rc = model_of(gpu, model);
+    if (rc == NVML_SUCCESS && (!(*model)->profile_count || (enabled && !gpu->mig_current)))
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    return rc;
+}
+
+static const struct sim_profile *profile_by_id(const struct sim_model *model, unsigned id)
+{
+    for (unsigned i = 0; i < model->profile_count; i++)
+        if (model->profiles[i].id == id)
+            return &model->profiles[i];
+    return NULL;
+}
+
+static int find_gi(struct sim_state *s, unsigned index, unsigned gi_id, struct sim_gpu **gpu,
+                   struct sim_gi **gi)
+{
+    if (index < s->gpu_count && s->gpus[index].mig_current)
+        for (unsigned i = 0; i < s->gpus[index].gi_count; i++)
+            if (s->gpus[index].gis[i].id == gi_id) {
+                *gpu = &s->gpus[index];
+                *gi = &s->gpus[index].gis[i];
+                return NVML_SUCCESS;
+            }
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+static int gpu_instance(struct sim_state *s, uintptr_t handle, struct sim_gpu **gpu,
+                        struct sim_gi **gi)
+{
+    struct handle h = decode(handle);
+    if (h.kind != KIND_GPU_INSTANCE)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return find_gi(s, h.gpu, h.gi, gpu, gi);
+}
+
+static int compute_instance(struct sim_state *s, uintptr_t handle, unsigned kind,
+                            struct sim_gpu **gpu, struct sim_gi **gi, struct sim_ci **ci)
+{
+    struct handle h = decode(handle);
+    int rc = h.kind == kind ? find_gi(s, h.gpu, h.gi, gpu, gi) : NVML_ERROR_INVALID_ARGUMENT;
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (unsigned i = 0; i < (*gi)->ci_count; i++)
+        if ((*gi)->cis[i].id == h.ci) {
+            *ci = &(*gi)->cis[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+static int gi_profile(const struct sim_gpu *gpu, const struct sim_gi *gi,
+                      const struct sim_profile **profile)
+{
+    const struct sim_model *model;
+    int rc = model_of(gpu, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *profile = profile_by_id(model, gi->profile_id);
+    return *profile ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* A MIG device handle; a full GPU's handle is NOT_SUPPORTED (_Driver._mig_device). */
+static int mig_device(struct sim_state *s, uintptr_t handle, struct sim_gpu **gpu,
+                      struct sim_gi **gi, struct sim_ci **ci)
+{
+    if (decode(handle).kind == KIND_DEVICE)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return compute_instance(s, handle, KIND_MIG_DEVICE, gpu, gi, ci);
+}
+
+/* The i-th MIG device of `gpu`: GIs by id, then their CIs by id (both sorted at load). */
+static int mig_device_at(struct sim_gpu *gpu, unsigned position, struct sim_gi **gi,
+                         struct sim_ci **ci)
+{
+    for (unsigned g = 0; g < gpu->gi_count; g++)
+        for (unsigned c = 0; c < gpu->gis[g].ci_count; c++)
+            if (position-- == 0) {
+                *gi = &gpu->gis[g];
+                *ci = &gpu->gis[g].cis[c];
+                return 1;
+            }
+    return 0;
+}
+
+static int ci_slices(unsigned constant, unsigned *slices)
+{
+    for (unsigned i = 0; i < sizeof(CI_SLICES) / sizeof(CI_SLICES[0]); i++)
+        if (CI_SLICES[i][0] == constant) {
+            *slices = CI_SLICES[i][1];
+            return 1;
+        }
+    return 0;
+}
+
+/* "MIG 3g.40gb" for a CI spanning its GI, "MIG 1c.3g.40gb" for a smaller one (_ci_name). */
+static int ci_name(const struct sim_profile *gi_profile, unsigned ci_constant, char *out,
+                   size_t size)
+{
+    unsigned slices;
+    if (!ci_slices(ci_constant, &slices))
+        return NVML_ERROR_UNKNOWN;
+    if (slices == gi_profile->compute_slices)
+        snprintf(out, size, "MIG %s", gi_profile->name);
+    else
+        snprintf(out, size, "MIG %uc.%s", slices, gi_profile->name);
+    return NVML_SUCCESS;
+}
+
+static void mig_uuid(const struct sim_gpu *gpu, const struct sim_gi *gi, const struct sim_ci *ci,
+                     char out[41])
+{
+    char name[160];
+    snprintf(name, sizeof(name), "%s/%u/%u", gpu->uuid, gi->id, ci->id);
+    memcpy(out, "MIG-", 4);
+    uuid5(MIG_UUID_NAMESPACE, name, out + 4);
+}
+
+static int write_string(char *buffer, unsigned length, const char *text)
+{
+    if (buffer == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(text) + 1 > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(buffer, text);
+    return NVML_SUCCESS;
+}
+
+#define STORE(pointer, value)                         \
+    do {                                              \
+        if ((pointer) == NULL)                        \
+            return NVML_ERROR_INVALID_ARGUMENT;       \
+        *(pointer) = (value);                         \
+    } while (0)
+
+/* -- system --------------------------------------------------------------------------------- */
+
+static int cuda_major(const char *driver_version)
+{
+    int branch = atoi(driver_version);
+    return branch >= 580 ? 13 : branch >= 525 ? 12 : 11;
+}
+
+static int driver_version(struct sim_state *s, char *buffer, unsigned length)
+{
+    return write_string(buffer, length, s->version);
+}
+
+static int nvml_version(struct sim_state *s, char *buffer, unsigned length)
+{
+    char text[96];
+    snprintf(text, sizeof(text), "%d.%s", cuda_major(s->version), s->version);
+    return write_string(buffer, length, text);
+}
+
+static int cuda_driver_version(struct sim_state *s, int *version)
+{
+    STORE(version, cuda_major(s->version) * 1000);
+    return NVML_SUCCESS;
+}
+
+static int device_count(struct sim_state *s, unsigned *count)
+{
+    STORE(count, s->gpu_count);
+    return NVML_SUCCESS;
+}
+
+/* -- devices -------------------------------------------------------------------------------- */
+
+static int handle_by_index(struct sim_state *s, unsigned index, uintptr_t *device)
+{
+    if (index >= s->gpu_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    STORE(device, encode(KIND_DEVICE, index, 0, 0));
+    return NVML_SUCCESS;
+}
+
+static int handle_by_uuid(struct sim_state *s, const char *wanted, uintptr_t *device)
+{
+    if (wanted == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < s->gpu_count; i++) {
+        struct sim_gpu *gpu = &s->gpus[i];
+        struct sim_gi *gi;
+        struct sim_ci *ci;
+        char uuid[41];
+        if (strcmp(gpu->uuid, wanted) == 0) {
+            STORE(device, encode(KIND_DEVICE, gpu->index, 0, 0));
+            return NVML_SUCCESS;
+        }
+        for (unsigned m = 0; gpu->mig_current && mig_device_at(gpu, m, &gi, &ci); m++) {
+            mig_uuid(gpu, gi, ci, uuid);
+            if (strcmp(uuid, wanted) == 0) {
+                STORE(device, encode(KIND_MIG_DEVICE, gpu->index, gi->id, ci->id));
+                return NVML_SUCCESS;
+            }
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+static int device_name(struct sim_state *s, uintptr_t device, char *buffer, unsigned length)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    struct sim_ci *ci;
+    const struct sim_model *model;
+    const struct sim_profile *profile;
+    char name[256], suffix[128];
+    int rc = gpu_of(s, device, KINDS(KIND_DEVICE, KIND_MIG_DEVICE), &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = model_of(gpu, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    snprintf(name, sizeof(name), "%s", model->nvml_names[0]);
+    if (decode(device).kind == KIND_MIG_DEVICE) {
+        rc = compute_instance(s, device, KIND_MIG_DEVICE, &gpu, &gi, &ci);
+        if (rc == NVML_SUCCESS)
+            rc = gi_profile(gpu, gi, &profile);
+        if (rc == NVML_SUCCESS)
+            rc = ci_name(profile, ci->profile_id, suffix, sizeof(suffix));
+        if (rc != NVML_SUCCESS)
+            return rc;
+        snprintf(name, sizeof(name), "%s %s", model->nvml_names[0], suffix);
+    }
+    return write_string(buffer, length, name);
+}
+
+static int device_uuid(struct sim_state *s, uintptr_t device, char *buffer, unsigned length)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    struct sim_ci *ci;
+    char uuid[96];
+    int rc = gpu_of(s, device, KINDS(KIND_DEVICE, KIND_MIG_DEVICE), &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    snprintf(uuid, sizeof(uuid), "%s", gpu->uuid);
+    if (decode(device).kind == KIND_MIG_DEVICE) {
+        rc = compute_instance(s, device, KIND_MIG_DEVICE, &gpu, &gi, &ci);
+        if (rc != NVML_SUCCESS)
+            return rc;
+        mig_uuid(gpu, gi, ci, uuid);
+    }
+    return write_string(buffer, length, uuid);
+}
+
+static int device_index(struct sim_state *s, uintptr_t device, unsigned *index)
+{
+    struct sim_gpu *gpu;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    STORE(index, gpu->index);
+    return NVML_SUCCESS;
+}
+
+static int compute_capability(struct sim_state *s, uintptr_t device, int *major, int *minor)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    int rc = gpu_of(s, device, KINDS(KIND_DEVICE, KIND_MIG_DEVICE), &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = model_of(gpu, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (model->cc_major == 0 && model->cc_minor == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    STORE(major, (int)model->cc_major);
+    STORE(minor, (int)model->cc_minor);
+    return NVML_SUCCESS;
+}
+
+static int pci_info(struct sim_state *s, uintptr_t device, nvmlPciInfo_t *info)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    unsigned domain, bus, slot, function;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (sscanf(gpu->pci_bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4)
+        return NVML_ERROR_UNKNOWN;
+    rc = model_of(gpu, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    const char *bus_text = strchr(gpu->pci_bus_id, ':') + 1; /* "BB:DD.F" as written */
+    snprintf(info->busId, sizeof(info->busId), "%s", gpu->pci_bus_id);
+    snprintf(info->busIdLegacy, sizeof(info->busIdLegacy), "%04x:%s", domain & 0xFFFF, bus_text);
+    info->domain = domain;
+    info->bus = bus;
+    info->device = slot;
+    info->pciDeviceId = model->pci_device_id;
+    info->pciSubSystemId = 0;
+    return NVML_SUCCESS;
+}
+
+static int memory_mib(struct sim_state *s, uintptr_t device, unsigned long long *mib)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    struct sim_ci *ci;
+    const struct sim_model *model;
+    const struct sim_profile *profile;
+    int rc = gpu_of(s, device, KINDS(KIND_DEVICE, KIND_MIG_DEVICE), &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = model_of(gpu, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *mib = model->memory_mib;
+    if (decode(device).kind == KIND_MIG_DEVICE) {
+        rc = compute_instance(s, device, KIND_MIG_DEVICE, &gpu, &gi, &ci);
+        if (rc == NVML_SUCCESS)
+            rc = gi_profile(gpu, gi, &profile);
+        if (rc != NVML_SUCCESS)
+            return rc;
+        *mib = profile->memory_mib;
+    }
+    return NVML_SUCCESS;
+}
+
+static int memory_info(struct sim_state *s, uintptr_t device, nvmlMemory_t *memory)
+{
+    unsigned long long mib;
+    int rc = memory_mib(s, device, &mib);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (memory == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memory->total = memory->free = mib << 20;
+    memory->used = 0;
+    return NVML_SUCCESS;
+}
+
+static int memory_info_v2(struct sim_state *s, uintptr_t device, nvmlMemory_v2_t *memory)
+{
+    unsigned long long mib;
+    int rc = memory_mib(s, device, &mib);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (memory == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != MEMORY_V2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memory->total = memory->free = mib << 20;
+    memory->used = 0;
+    return NVML_SUCCESS;
+}
+
+static int minor_number(struct sim_state *s, uintptr_t device, unsigned *minor)
+{
+    struct sim_gpu *gpu;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    STORE(minor, gpu->index);
+    return NVML_SUCCESS;
+}
+
+/* -- MIG mode and GPU-instance profiles ----------------------------------------------------- */
+
+static int mig_mode(struct sim_state *s, uintptr_t device, unsigned *current, unsigned *pending)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = mig_model(gpu, 0, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    STORE(current, (unsigned)gpu->mig_current);
+    STORE(pending, (unsigned)gpu->mig_pending);
+    return NVML_SUCCESS;
+}
+
+static void fill_profile_info(const struct sim_profile *p, unsigned *id, unsigned *p2p,
+                              unsigned *slices, unsigned *instances, unsigned *counts,
+                              unsigned long long *memory)
+{
+    *id = p->id;
+    *p2p = 0;
+    *slices = p->compute_slices;
+    *instances = p->max_instances;
+    /* The catalog holds no SM or engine counts: multiprocessor, copy engine, decoder, encoder,
+     * JPEG and OFA counts stay 0, as in the Python simulator. */
+    memset(counts, 0, 6 * sizeof(unsigned));
+    *memory = p->memory_mib;
+}
+
+static int profile_by_constant(struct sim_state *s, uintptr_t device, unsigned constant,
+                               const struct sim_profile **profile)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = mig_model(gpu, 0, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (constant >= GPU_INSTANCE_PROFILE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < model->profile_count; i++)
+        if (model->profiles[i].constant == constant) {
+            *profile = &model->profiles[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+static int profile_info(struct sim_state *s, uintptr_t device, unsigned constant,
+                        nvmlGpuInstanceProfileInfo_t *info)
+{
+    const struct sim_profile *p;
+    int rc = profile_by_constant(s, device, constant, &p);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    fill_profile_info(p, &info->id, &info->isP2pSupported, &info->sliceCount,
+                      &info->instanceCount, &info->multiprocessorCount, &info->memorySizeMB);
+    return NVML_SUCCESS;
+}
+
+static int fill_profile_info_v2(const struct sim_profile *p, nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    if (info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != GPU_INSTANCE_PROFILE_INFO_V2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    fill_profile_info(p, &info->id, &info->isP2pSupported, &info->sliceCount,
+                      &info->instanceCount, &info->multiprocessorCount, &info->memorySizeMB);
+    snprintf(info->name, sizeof(info->name), "MIG %s", p->name);
+    return NVML_SUCCESS;
+}
+
+static int profile_info_v(struct sim_state *s, uintptr_t device, unsigned constant,
+                          nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    const struct sim_profile *p;
+    int rc = profile_by_constant(s, device, constant, &p);
+    return rc == NVML_SUCCESS ? fill_profile_info_v2(p, info) : rc;
+}
+
+/* The profile `id` of a MIG-capable GPU (enabled: MIG must be on now). */
+static int gpu_profile(struct sim_state *s, uintptr_t device, unsigned id, int enabled,
+                       struct sim_gpu **gpu, const struct sim_model **model,
+                       const struct sim_profile **profile)
+{
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, gpu);
+    if (rc == NVML_SUCCESS)
+        rc = mig_model(*gpu, enabled, model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *profile = profile_by_id(*model, id);
+    return *profile ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
+static int profile_info_by_id(struct sim_state *s, uintptr_t device, unsigned id,
+                              nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    const struct sim_profile *p;
+    int rc = gpu_profile(s, device, id, 0, &gpu, &model, &p);
+    return rc == NVML_SUCCESS ? fill_profile_info_v2(p, info) : rc;
+}
+
+static int possible_placements(struct sim_state *s, uintptr_t device, unsigned id,
+                               nvmlPlacement_t *placements, unsigned *count)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    const struct sim_profile *p;
+    int rc = gpu_profile(s, device, id, 0, &gpu, &model, &p);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    /* _write_array: the count is stored first; NULL asks only for it; the input count is not
+     * read (nvml.h: the buffer must hold every placement the profile has). */
+    STORE(count, p->placement_count);
+    for (unsigned i = 0; placements && i < p->placement_count; i++)
+        placements[i] = (nvmlPlacement_t){p->placements[i].start, p->placements[i].size};
+    return NVML_SUCCESS;
+}
+
+/* gpuprov_lab.sim.nvml._free_placements and _capacity. */
+static int remaining_capacity(struct sim_state *s, uintptr_t device, unsigned id, unsigned *count)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    const struct sim_profile *p;
+    unsigned same = 0, used = 0, free = 0;
+    unsigned char occupied[64] = {0};
+    int rc = gpu_profile(s, device, id, 1, &gpu, &model, &p);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (unsigned i = 0; i < gpu->gi_count; i++) {
+        const struct sim_profile *other = profile_by_id(model, gpu->gis[i].profile_id);
+        if (other == NULL)
+            return NVML_ERROR_UNKNOWN;
+        same += gpu->gis[i].profile_id == p->id;
+        used += other->compute_slices;
+        for (unsigned slot = gpu->gis[i].start; slot < gpu->gis[i].start + gpu->gis[i].size; slot++)
+            occupied[slot % 64] = 1;
+    }
+    if (same < p->max_instances && used + p->compute_slices <= model->compute_slices)
+        for (unsigned i = 0; i < p->placement_count; i++) {
+            unsigned clash = 0;
+            for (unsigned slot = p->placements[i].start;
+                 slot < p->placements[i].start + p->placements[i].size; slot++)
+                clash |= occupied[slot % 64];
+            free += !clash;
+        }
+    unsigned capacity = 0;
+    if (free) {
+        unsigned left = p->max_instances - same;
+        unsigned fits = (model->compute_slices - used) / p->compute_slices;
+        capacity = free < left ? free : left;
+        capacity = capacity < fits ? capacity : fits;
+    }
+    STORE(count, capacity);
+    return NVML_SUCCESS;
+}
+
+/* -- GPU and compute instances -------------------------------------------------------------- */
+
+static int gpu_instances(struct sim_state *s, uintptr_t device, unsigned id, uintptr_t *out,
+                         unsigned *count)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    const struct sim_profile *p;
+    unsigned found = 0;
+    int rc = gpu_profile(s, device, id, 1, &gpu, &model, &p);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (unsigned i = 0; i < gpu->gi_count; i++)
+        found += gpu->gis[i].profile_id == p->id;
+    STORE(count, found);
+    for (unsigned i = 0, n = 0; out && i < gpu->gi_count; i++)
+        if (gpu->gis[i].profile_id == p->id)
+            out[n++] = encode(KIND_GPU_INSTANCE, gpu->index, gpu->gis[i].id, 0);
+    return NVML_SUCCESS;
+}
+
+static int gpu_instance_by_id(struct sim_state *s, uintptr_t device, unsigned id, uintptr_t *out)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = mig_model(gpu, 1, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (unsigned i = 0; i < gpu->gi_count; i++)
+        if (gpu->gis[i].id == id) {
+            STORE(out, encode(KIND_GPU_INSTANCE, gpu->index, id, 0));
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+static int gpu_instance_info(struct sim_state *s, uintptr_t instance, nvmlGpuInstanceInfo_t *info)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    int rc = gpu_instance(s, instance, &gpu, &gi);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    info->device = encode(KIND_DEVICE, gpu->index, 0, 0);
+    info->id = gi->id;
+    info->profileId = gi->profile_id;
+    info->placement = (nvmlPlacement_t){gi->start, gi->size};
+    return NVML_SUCCESS;
+}
+
+/* (slices, count) of CI profile `constant` inside a GI (_Driver._ci_profile). */
+static int ci_profile(const struct sim_gpu *gpu, const struct sim_gi *gi, unsigned constant,
+                      unsigned *slices, unsigned *count)
+{
+    const struct sim_profile *p;
+    int rc;
+    if (constant >= COMPUTE_INSTANCE_PROFILE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int known = ci_slices(constant, slices);
+    rc = gi_profile(gpu, gi, &p);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!known || *slices > p->compute_slices)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *count = p->compute_slices / *slices;
+    return NVML_SUCCESS;
+}
+
+static int ci_profile_info(struct sim_state *s, uintptr_t instance, unsigned constant,
+                           unsigned engine, nvmlComputeInstanceProfileInfo_t *info)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    unsigned slices, count;
+    int rc = gpu_instance(s, instance, &gpu, &gi);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (engine != COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = ci_profile(gpu, gi, constant, &slices, &count);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof(*info));
+    info->id = constant;
+    info->sliceCount = slices;
+    info->instanceCount = count;
+    return NVML_SUCCESS;
+}
+
+static int ci_profile_info_v(struct sim_state *s, uintptr_t instance, unsigned constant,
+                             unsigned engine, nvmlComputeInstanceProfileInfo_v2_t *info)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    const struct sim_profile *p;
+    unsigned slices, count;
+    int rc = gpu_instance(s, instance, &gpu, &gi);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (engine != COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = ci_profile(gpu, gi, constant, &slices, &count);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != COMPUTE_INSTANCE_PROFILE_INFO_V2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    info->id = constant;
+    info->sliceCount = slices;
+    info->instanceCount = count;
+    info->multiprocessorCount = info->sharedCopyEngineCount = info->sharedDecoderCount = 0;
+    info->sharedEncoderCount = info->sharedJpegCount = info->sharedOfaCount = 0;
+    rc = gi_profile(gpu, gi, &p);
+    if (rc == NVML_SUCCESS)
+        rc = ci_name(p, constant, info->name, sizeof(info->name));
+    return rc;
+}
+
+static int compute_instances(struct sim_state *s, uintptr_t instance, unsigned constant,
+                             uintptr_t *out, unsigned *count)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    unsigned slices, most, found = 0;
+    int rc = gpu_instance(s, instance, &gpu, &gi);
+    if (rc == NVML_SUCCESS)
+        rc = ci_profile(gpu, gi, constant, &slices, &most);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (unsigned i = 0; i < gi->ci_count; i++)
+        found += gi->cis[i].profile_id == constant;
+    STORE(count, found);
+    for (unsigned i = 0, n = 0; out && i < gi->ci_count; i++)
+        if (gi->cis[i].profile_id == constant)
+            out[n++] = encode(KIND_COMPUTE_INSTANCE, gpu->index, gi->id, gi->cis[i].id);
+    return NVML_SUCCESS;
+}
+
+static int compute_instance_by_id(struct sim_state *s, uintptr_t instance, unsigned id,
+                                  uintptr_t *out)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    int rc = gpu_instance(s, instance, &gpu, &gi);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (unsigned i = 0; i < gi->ci_count; i++)
+        if (gi->cis[i].id == id) {
+            STORE(out, encode(KIND_COMPUTE_INSTANCE, gpu->index, gi->id, id));
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+static int compute_instance_info(struct sim_state *s, uintptr_t instance,
+                                 nvmlComputeInstanceInfo_t *info)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    struct sim_ci *ci;
+    int rc = compute_instance(s, instance, KIND_COMPUTE_INSTANCE, &gpu, &gi, &ci);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    info->device = encode(KIND_DEVICE, gpu->index, 0, 0);
+    info->gpuInstance = encode(KIND_GPU_INSTANCE, gpu->index, gi->id, 0);
+    info->id = ci->id;
+    info->profileId = ci->profile_id;
+    info->placement = (nvmlPlacement_t){ci->start, ci->size};
+    return NVML_SUCCESS;
+}
+
+/* -- MIG devices ---------------------------------------------------------------------------- */
+
+static int max_mig_device_count(struct sim_state *s, uintptr_t device, unsigned *count)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = mig_model(gpu, 0, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    STORE(count, gpu->mig_current ? model->compute_slices : 0);
+    return NVML_SUCCESS;
+}
+
+static int mig_device_handle(struct sim_state *s, uintptr_t device, unsigned index, uintptr_t *out)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    struct sim_ci *ci;
+    const struct sim_model *model;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = mig_model(gpu, 1, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (index >= model->compute_slices)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!mig_device_at(gpu, index, &gi, &ci))
+        return NVML_ERROR_NOT_FOUND;
+    STORE(out, encode(KIND_MIG_DEVICE, gpu->index, gi->id, ci->id));
+    return NVML_SUCCESS;
+}
+
+static int is_mig_device(struct sim_state *s, uintptr_t device, unsigned *out)
+{
+    struct sim_gpu *gpu;
+    int rc = gpu_of(s, device, KINDS(KIND_DEVICE, KIND_MIG_DEVICE), &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    STORE(out, decode(device).kind == KIND_MIG_DEVICE);
+    return NVML_SUCCESS;
+}
+
+static int gpu_instance_id(struct sim_state *s, uintptr_t device, unsigned *out)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    struct sim_ci *ci;
+    int rc = mig_device(s, device, &gpu, &gi, &ci);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    STORE(out, gi->id);
+    return NVML_SUCCESS;
+}
+
+static int compute_instance_id(struct sim_state *s, uintptr_t device, unsigned *out)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    struct sim_ci *ci;
+    int rc = mig_device(s, device, &gpu, &gi, &ci);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    STORE(out, ci->id);
+    return NVML_SUCCESS;
+}
+
+static int parent_device(struct sim_state *s, uintptr_t device, uintptr_t *out)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    struct sim_ci *ci;
+    int rc = mig_device(s, device, &gpu, &gi, &ci);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    STORE(out, encode(KIND_DEVICE, gpu->index, 0, 0));
+    return NVML_SUCCESS;
+}
+
+static int device_attributes(struct sim_state *s, uintptr_t device, nvmlDeviceAttributes_t *out)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    struct sim_ci *ci;
+    const struct sim_profile *p;
+    unsigned slices;
+    int rc = mig_device(s, device, &gpu, &gi, &ci);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = gi_profile(gpu, gi, &p);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!ci_slices(ci->profile_id, &slices))
+        return NVML_ERROR_UNKNOWN;
+    memset(out, 0, sizeof(*out));
+    out->gpuInstanceSliceCount = p->compute_slices;
+    out->computeInstanceSliceCount = slices;
+    out->memorySizeMB = p->memory_mib;
+    return NVML_SUCCESS;
+}
+
+/* -- health: ECC counts, row remapping, retired pages (gpuprov_lab.sim.nvml, "health") ---------- */
+
+static int ecc_count(struct sim_state *s, uintptr_t device, int type, int counter,
+                     unsigned long long *out)
+{
+    struct sim_gpu *gpu;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (type < 0 || type > 1 || counter < 0 || counter > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *out = gpu->health.ecc[type][counter];
+    return NVML_SUCCESS;
+}
+
+static int total_ecc_errors(struct sim_state *s, uintptr_t device, int type, int counter,
+                            unsigned long long *count)
+{
+    unsigned long long errors;
+    int rc = ecc_count(s, device, type, counter, &errors);
+    if (rc == NVML_SUCCESS)
+        STORE(count, errors);
+    return rc;
+}
+
+static int memory_error_counter(struct sim_state *s, uintptr_t device, int type, int counter,
+                                int location, unsigned long long *count)
+{
+    unsigned long long errors;
+    int rc;
+    if (location < 0 || location >= MEMORY_LOCATION_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = ecc_count(s, device, type, counter, &errors);
+    if (rc == NVML_SUCCESS)
+        STORE(count, location == MEMORY_LOCATION_DRAM ? errors : 0ULL);
+    return rc;
+}
+
+static int remapped_rows(struct sim_state *s, uintptr_t device, unsigned *corrected,
+                         unsigned *uncorrected, unsigned *pending, unsigned *failure)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = model_of(gpu, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (model->memory_repair != REPAIR_ROW_REMAPPING || (gpu->mig_current && gpu->gi_count))
+        return NVML_ERROR_NOT_SUPPORTED;
+    STORE(corrected, gpu->health.remap_corrected);
+    STORE(uncorrected, gpu->health.remap_uncorrected);
+    STORE(pending, (unsigned)gpu->health.remap_pending);
+    STORE(failure, (unsigned)gpu->health.remap_failure);
+    return NVML_SUCCESS;
+}
+
+static int page_retirement(struct sim_state *s, uintptr_t device, struct sim_gpu **gpu)
+{
+    const struct sim_model *model;
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, gpu);
+    if (rc == NVML_SUCCESS)
+        rc = model_of(*gpu, &model);
+    if (rc == NVML_SUCCESS && model->memory_repair != REPAIR_PAGE_RETIREMENT)
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    return rc;
+}
+
+static int retired_pages_pending(struct sim_state *s, uintptr_t device, int *pending)
+{
+    struct sim_gpu *gpu;
+    int rc = page_retirement(s, device, &gpu);
+    if (rc == NVML_SUCCESS)
+        STORE(pending, gpu->health.pages_pending);
+    return rc;
+}
+
+/* nvml.h: *count in is the buffers' size, out the number of pages; too small (0 with no buffer
+ * asks for the size) is INSUFFICIENT_SIZE with the count set. */
+static int retired_pages(struct sim_state *s, uintptr_t device, int cause, unsigned *count,
+                         unsigned long long *addresses, unsigned long long *timestamps)
+{
+    struct sim_gpu *gpu;
+    unsigned room, n;
+    int rc = page_retirement(s, device, &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (cause < 0 || cause > 1 || count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    room = *count;
+    n = gpu->health.page_count[cause];
+    *count = n;
+    if (room < n)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (unsigned i = 0; i < n; i++) {
+        if (addresses)
+            addresses[i] = gpu->health.pages[cause][i].address;
+        if (timestamps)
+            timestamps[i] = gpu->health.pages[cause][i].timestamp;
+    }
+    return NVML_SUCCESS;
+}
+
+/* -- the exported C ABI --------------------------------------------------------------------- */
+
+static int init(const char *symbol)
+{
+    struct sim_state *s;
+    int rc = NVML_SUCCESS;
+    if (access(state_path(), F_OK) != 0)
+        return trace(symbol, NVML_ERROR_LIBRARY_NOT_FOUND); /* no state: no driver installed */
+    s = load_state();
+    if (s == NULL)
+        rc = NVML_ERROR_UNKNOWN;
+    else if (strcmp(s->fault_function, "nvmlInitWithFlags") == 0)
+        rc = s->fault_code;
+    else if (!s->loaded)
+        rc = NVML_ERROR_DRIVER_NOT_LOADED;
+    else
+        __atomic_add_fetch(&initialized, 1, __ATOMIC_SEQ_CST);
+    return end(symbol, s, rc);
+}
+
+EXPORT int nvmlInitWithFlags(unsigned flags)
+{
+    (void)flags;
+    return init("nvmlInitWithFlags");
+}
+EXPORT int nvmlInit_v2(void) { return init("nvmlInit_v2"); }
+EXPORT int nvmlInit(void) { return init("nvmlInit"); }
+
+EXPORT int nvmlShutdown(void)
+{
+    int count = __atomic_load_n(&initialized, __ATOMIC_SEQ_CST);
+    while (count > 0 && !__atomic_compare_exchange_n(&initialized, &count, count - 1, 0,
+                                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
+    return trace("nvmlShutdown", count > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED);
+}
+
+EXPORT const char *nvmlErrorString(int code)
+{
+    static __thread char unknown[48];
+    trace("nvmlErrorString", NVML_SUCCESS);
+    for (unsigned i = 0; i < sizeof(ERRORS) / sizeof(ERRORS[0]); i++)
+        if (ERRORS[i].code == code)
+            return ERRORS[i].text;
+    snprintf(unknown, sizeof(unknown), "Unknown Error %d", code);
+    return unknown;
+}
+
+EXPORT int nvmlSystemGetDriverVersion(char *version, unsigned length)
+    SERVED(nvmlSystemGetDriverVersion, nvmlSystemGetDriverVersion, driver_version(s, version, length))
+EXPORT int nvmlSystemGetNVMLVersion(char *version, unsigned length)
+    SERVED(nvmlSystemGetNVMLVersion, nvmlSystemGetNVMLVersion, nvml_version(s, version, length))
+EXPORT int nvmlSystemGetCudaDriverVersion(int *version)
+    SERVED(nvmlSystemGetCudaDriverVersion, nvmlSystemGetCudaDriverVersion, cuda_driver_version(s, version))
+EXPORT int nvmlSystemGetCudaDriverVersion_v2(int *version)
+    SERVED(nvmlSystemGetCudaDriverVersion_v2, nvmlSystemGetCudaDriverVersion_v2, cuda_driver_version(s, version))
+
+EXPORT int nvmlDeviceGetCount_v2(unsigned *count)
+    SERVED(nvmlDeviceGetCount_v2, nvmlDeviceGetCount_v2, device_count(s, count))
+EXPORT int nvmlDeviceGetCount(unsigned *count)
+    SERVED(nvmlDeviceGetCount, nvmlDeviceGetCount_v2, device_count(s, count))
+EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned index, uintptr_t *device)
+    SERVED(nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetHandleByIndex_v2, handle_by_index(s, index, device))
+EXPORT int nvmlDeviceGetHandleByIndex(unsigned index, uintptr_t *device)
+    SERVED(nvmlDeviceGetHandleByIndex, nvmlDeviceGetHandleByIndex_v2, handle_by_index(s, index, device))
+EXPORT int nvmlDeviceGetHandleByUUID(const char *uuid, uintptr_t *device)
+    SERVED(nvmlDeviceGetHandleByUUID, nvmlDeviceGetHandleByUUID, handle_by_uuid(s, uuid, device))
+EXPORT int nvmlDeviceGetName(uintptr_t device, char *name, unsigned length)
+    SERVED(nvmlDeviceGetName, nvmlDeviceGetName, device_name(s, device, name, length))
+EXPORT int nvmlDeviceGetUUID(uintptr_t device, char *uuid, unsigned length)
+    SERVED(nvmlDeviceGetUUID, nvmlDeviceGetUUID, device_uuid(s, device, uuid, length))
+EXPORT int nvmlDeviceGetIndex(uintptr_t device, unsigned *index)
+    SERVED(nvmlDeviceGetIndex, nvmlDeviceGetIndex, device_index(s, device, index))
+EXPORT int nvmlDeviceGetMinorNumber(uintptr_t device, unsigned *minor)
+    SERVED(nvmlDeviceGetMinorNumber, nvmlDeviceGetMinorNumber, minor_number(s, device, minor))
+EXPORT int nvmlDeviceGetCudaComputeCapability(uintptr_t device, int *major, int *minor)
+    SERVED(nvmlDeviceGetCudaComputeCapability, nvmlDeviceGetCudaComputeCapability, compute_capability(s, device, major, minor))
+EXPORT int nvmlDeviceGetPciInfo_v3(uintptr_t device, nvmlPciInfo_t *pci)
+    SERVED(nvmlDeviceGetPciInfo_v3, nvmlDeviceGetPciInfo_v3, pci_info(s, device, pci))
+EXPORT int nvmlDeviceGetMemoryInfo(uintptr_t device, nvmlMemory_t *memory)
+    SERVED(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo, memory_info(s, device, memory))
+EXPORT int nvmlDeviceGetMemoryInfo_v2(uintptr_t device, nvmlMemory_v2_t *memory)
+    SERVED(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2, memory_info_v2(s, device, memory))
+
+EXPORT int nvmlDeviceGetMigMode(uintptr_t device, unsigned *current, unsigned *pending)
+    SERVED(nvmlDeviceGetMigMode, nvmlDeviceGetMigMode, mig_mode(s, device, current, pending))
+EXPORT int nvmlDeviceGetGpuInstanceProfileInfo(uintptr_t device, unsigned profile, nvmlGpuInstanceProfileInfo_t *info)
+    SERVED(nvmlDeviceGetGpuInstanceProfileInfo, nvmlDeviceGetGpuInstanceProfileInfo, profile_info(s, device, profile, info))
+EXPORT int nvmlDeviceGetGpuInstanceProfileInfoV(uintptr_t device, unsigned profile, nvmlGpuInstanceProfileInfo_v2_t *info)
+    SERVED(nvmlDeviceGetGpuInstanceProfileInfoV, nvmlDeviceGetGpuInstanceProfileInfoV, profile_info_v(s, device, profile, info))
+EXPORT int nvmlDeviceGetGpuInstanceProfileInfoByIdV(uintptr_t device, unsigned id, nvmlGpuInstanceProfileInfo_v2_t *info)
+    SERVED(nvmlDeviceGetGpuInstanceProfileInfoByIdV, nvmlDeviceGetGpuInstanceProfileInfoByIdV, profile_info_by_id(s, device, id, info))
+EXPORT int nvmlDeviceGetGpuInstancePossiblePlacements_v2(uintptr_t device, unsigned id, nvmlPlacement_t *placements, unsigned *count)
+    SERVED(nvmlDeviceGetGpuInstancePossiblePlacements_v2, nvmlDeviceGetGpuInstancePossiblePlacements_v2, possible_placements(s, device, id, placements, count))
+EXPORT int nvmlDeviceGetGpuInstanceRemainingCapacity(uintptr_t device, unsigned id, unsigned *count)
+    SERVED(nvmlDeviceGetGpuInstanceRemainingCapacity, nvmlDeviceGetGpuInstanceRemainingCapacity, remaining_capacity(s, device, id, count))
+EXPORT int nvmlDeviceGetGpuInstances(uintptr_t device, unsigned id, uintptr_t *instances, unsigned *count)
+    SERVED(nvmlDeviceGetGpuInstances, nvmlDeviceGetGpuInstances, gpu_instances(s, device, id, instances, count))
+EXPORT int nvmlDeviceGetGpuInstanceById(uintptr_t device, unsigned id, uintptr_t *instance)
+    SERVED(nvmlDeviceGetGpuInstanceById, nvmlDeviceGetGpuInstanceById, gpu_instance_by_id(s, device, id, instance))
+EXPORT int nvmlGpuInstanceGetInfo(uintptr_t instance, nvmlGpuInstanceInfo_t *info)
+    SERVED(nvmlGpuInstanceGetInfo, nvmlGpuInstanceGetInfo, gpu_instance_info(s, instance, info))
+EXPORT int nvmlGpuInstanceGetComputeInstanceProfileInfo(uintptr_t instance, unsigned profile, unsigned engine, nvmlComputeInstanceProfileInfo_t *info)
+    SERVED(nvmlGpuInstanceGetComputeInstanceProfileInfo, nvmlGpuInstanceGetComputeInstanceProfileInfo, ci_profile_info(s, instance, profile, engine, info))
+EXPORT int nvmlGpuInstanceGetComputeInstanceProfileInfoV(uintptr_t instance, unsigned profile, unsigned engine, nvmlComputeInstanceProfileInfo_v2_t *info)
+    SERVED(nvmlGpuInstanceGetComputeInstanceProfileInfoV, nvmlGpuInstanceGetComputeInstanceProfileInfoV, ci_profile_info_v(s, instance, profile, engine, info))
+EXPORT int nvmlGpuInstanceGetComputeInstances(uintptr_t instance, unsigned profile, uintptr_t *instances, unsigned *count)
+    SERVED(nvmlGpuInstanceGetComputeInstances, nvmlGpuInstanceGetComputeInstances, compute_instances(s, instance, profile, instances, count))
+EXPORT int nvmlGpuInstanceGetComputeInstanceById(uintptr_t instance, unsigned id, uintptr_t *out)
+    SERVED(nvmlGpuInstanceGetComputeInstanceById, nvmlGpuInstanceGetComputeInstanceById, compute_instance_by_id(s, instance, id, out))
+EXPORT int nvmlComputeInstanceGetInfo_v2(uintptr_t instance, nvmlComputeInstanceInfo_t *info)
+    SERVED(nvmlComputeInstanceGetInfo_v2, nvmlComputeInstanceGetInfo_v2, compute_instance_info(s, instance, info))
+
+EXPORT int nvmlDeviceGetMaxMigDeviceCount(uintptr_t device, unsigned *count)
+    SERVED(nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMaxMigDeviceCount, max_mig_device_count(s, device, count))
+EXPORT int nvmlDeviceGetMigDeviceHandleByIndex(uintptr_t device, unsigned index, uintptr_t *mig)
+    SERVED(nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetMigDeviceHandleByIndex, mig_device_handle(s, device, index, mig))
+EXPORT int nvmlDeviceIsMigDeviceHandle(uintptr_t device, unsigned *is_mig)
+    SERVED(nvmlDeviceIsMigDeviceHandle, nvmlDeviceIsMigDeviceHandle, is_mig_device(s, device, is_mig))
+EXPORT int nvmlDeviceGetGpuInstanceId(uintptr_t device, unsigned *id)
+    SERVED(nvmlDeviceGetGpuInstanceId, nvmlDeviceGetGpuInstanceId, gpu_instance_id(s, device, id))
+EXPORT int nvmlDeviceGetComputeInstanceId(uintptr_t device, unsigned *id)
+    SERVED(nvmlDeviceGetComputeInstanceId, nvmlDeviceGetComputeInstanceId, compute_instance_id(s, device, id))
+EXPORT int nvmlDeviceGetDeviceHandleFromMigDeviceHandle(uintptr_t device, uintptr_t *parent)
+    SERVED(nvmlDeviceGetDeviceHandleFromMigDeviceHandle, nvmlDeviceGetDeviceHandleFromMigDeviceHandle, parent_device(s, device, parent))
+EXPORT int nvmlDeviceGetAttributes_v2(uintptr_t device, nvmlDeviceAttributes_t *attributes)
+    SERVED(nvmlDeviceGetAttributes_v2, nvmlDeviceGetAttributes_v2, device_attributes(s, device, attributes))
+
+EXPORT int nvmlDeviceGetTotalEccErrors(uintptr_t device, int type, int counter, unsigned long long *count)
+    SERVED(nvmlDeviceGetTotalEccErrors, nvmlDeviceGetTotalEccErrors, total_ecc_errors(s, device, type, counter, count))
+EXPORT int nvmlDeviceGetMemoryErrorCounter(uintptr_t device, int type, int counter, int location, unsigned long long *count)
+    SERVED(nvmlDeviceGetMemoryErrorCounter, nvmlDeviceGetMemoryErrorCounter, memory_error_counter(s, device, type, counter, location, count))
+EXPORT int nvmlDeviceGetRemappedRows(uintptr_t device, unsigned *corrected, unsigned *uncorrected, unsigned *pending, unsigned *failure)
+    SERVED(nvmlDeviceGetRemappedRows, nvmlDeviceGetRemappedRows, remapped_rows(s, device, corrected, uncorrected, pending, failure))
+EXPORT int nvmlDeviceGetRetiredPagesPendingStatus(uintptr_t device, int *pending)
+    SERVED(nvmlDeviceGetRetiredPagesPendingStatus, nvmlDeviceGetRetiredPagesPendingStatus, retired_pages_pending(s, device, pending))
+EXPORT int nvmlDeviceGetRetiredPages(uintptr_t device, int cause, unsigned *count, unsigned long long *addresses)
+    SERVED(nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPages, retired_pages(s, device, cause, count, addresses, NULL))
+EXPORT int nvmlDeviceGetRetiredPages_v2(uintptr_t device, int cause, unsigned *count, unsigned long long *addresses, unsigned long long *timestamps)
+    SERVED(nvmlDeviceGetRetiredPages_v2, nvmlDeviceGetRetiredPages_v2, retired_pages(s, device, cause, count, addresses, timestamps))
+
+/* Everything else: NOT_SUPPORTED, whatever the arguments (the caller cleans up its own stack on
+ * x86-64 and AArch64, so a function that ignores its parameters is safe to call with any). */
+#define UNSUPPORTED(symbol) \
+    EXPORT int symbol(void) { return trace(#symbol, NVML_ERROR_NOT_SUPPORTED); }
+#include "unsupported.h"

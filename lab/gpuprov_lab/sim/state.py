@@ -1,0 +1,363 @@
+"""The simulated driver's state file (schema ``gpuprov.sim/v1``): what the "hardware" holds.
+
+Every process that touches the simulated GPUs (the probe, the applier, ``nvidia-smi``, the lab's
+boot unit) reads and writes the same JSON file. A change is a read-modify-write under an exclusive
+``flock`` on a sidecar ``<state>.lock`` file, and the new text replaces the old with ``os.replace``,
+so concurrent processes neither lose updates nor ever see a half-written file.
+
+>>> import tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "gpus.json")
+>>> write_new(path, new_state("A100-80GB", 2, seed="lab-1"))
+>>> with transaction(path) as state:
+...     state["gpus"][0]["mig_pending"] = True
+>>> reboot(load(path))["gpus"][0]["mig_current"]
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from gpuprov.core import catalog
+from gpuprov.host.contract import SIM_SCHEMA
+
+DEFAULT_DRIVER_VERSION = "535.261.03"
+_UUID_NAMESPACE = uuid.UUID("5a1c0d3e-6f0b-4c8e-9a43-6770757072f6")
+
+State = dict[str, Any]
+NoneType = type(None)
+_DRIVER_VERSION = re.compile(r"\d{2,4}(\.\d{1,4}){1,2}")
+_PCI_BUS_ID = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+_PLACED = {"id": int, "start": int, "size": int}
+_GPU_KEYS = {
+    "index": int,
+    "model": str,
+    "uuid": str,
+    "pci_bus_id": str,
+    "mig_current": bool,
+    "mig_pending": bool,
+    "gpu_instances": list,
+    "busy": bool,
+    "held_by": list,
+}
+
+
+class StateError(Exception):
+    """The state file is missing, unreadable or not ``gpuprov.sim/v1``."""
+
+
+def new_state(
+    model: str,
+    count: int,
+    seed: str,
+    driver_version: str = DEFAULT_DRIVER_VERSION,
+) -> State:
+    """A freshly booted host with ``count`` GPUs of catalog ``model``, MIG off, no instances.
+
+    UUIDs and PCI bus ids depend only on ``seed`` and the index, so a lab host named ``seed``
+    gets the same GPUs every time it is rebuilt.
+
+    >>> new_state("L40S", 1, seed="h")["gpus"][0]["pci_bus_id"]
+    '00000000:07:00.0'
+    """
+    gpu_model = catalog.find_model(model)
+    if gpu_model is None:
+        raise StateError(f"unknown GPU model {model!r}; known: {', '.join(catalog.load().models)}")
+    if count < 1:
+        raise StateError(f"a host needs at least one GPU, not {count}")
+    return {
+        "schema": SIM_SCHEMA,
+        "driver": {"loaded": True, "version": driver_version},
+        "gpus": [new_gpu(gpu_model.alias, index, seed) for index in range(count)],
+        "faults": {"fail_after": None},
+    }
+
+
+def new_gpu(model: str, index: int, seed: str) -> dict[str, Any]:
+    """One GPU as the state file holds it (see ``new_state``)."""
+    return {
+        "index": index,
+        "model": model,
+        "uuid": f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{seed}/{index}')}",
+        # Bus numbers spaced like the slots of an 8-GPU baseboard; only uniqueness matters.
+        "pci_bus_id": f"00000000:{0x07 + 0x10 * index:02X}:00.0",
+        "mig_current": False,
+        "mig_pending": False,
+        "gpu_instances": [],
+        "busy": False,
+        "held_by": [],
+        "health": new_health(),
+    }
+
+
+def new_health() -> dict[str, Any]:
+    """A healthy GPU's memory error state (the optional ``health`` key of a GPU).
+
+    ``ecc``: error counts by type (corrected, uncorrected) and counter (volatile since the driver
+    loaded, aggregate over the GPU's life). ``remapped_rows`` answers on row-remapping models,
+    ``retired_pages`` (``{"address", "timestamp"}`` entries by cause) on page-retirement ones
+    (catalog ``memory_repair``).
+    """
+    return {
+        "ecc": {
+            "corrected": {"volatile": 0, "aggregate": 0},
+            "uncorrected": {"volatile": 0, "aggregate": 0},
+        },
+        "remapped_rows": {"corrected": 0, "uncorrected": 0, "pending": False, "failure": False},
+        "retired_pages": {"single_bit": [], "double_bit": [], "pending": False},
+    }
+
+
+def health(gpu: dict[str, Any]) -> dict[str, Any]:
+    """``gpu``'s health state; a state file written before health existed reads as healthy."""
+    return gpu.get("health") or new_health()
+
+
+def load(path: str) -> State:
+    """The state in ``path`` (a consistent snapshot: writers replace the file atomically)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    except FileNotFoundError:
+        raise StateError(f"{path}: no simulated driver state (run `gpuprov-sim init`)") from None
+    except (OSError, ValueError) as e:
+        raise StateError(f"{path}: cannot read simulated driver state: {e}") from None
+    if not isinstance(state, dict) or state.get("schema") != SIM_SCHEMA:
+        raise StateError(f"{path}: not a {SIM_SCHEMA} state file")
+    problem = _problem(state)
+    if problem:
+        raise StateError(f"{path}: not a valid {SIM_SCHEMA} state file: {problem}")
+    return state
+
+
+def _problem(state: State) -> str | None:
+    """The first way ``state`` differs from what the simulated driver reads, or None.
+
+    Every call of the simulation reads the file, so a hand edit with a missing key or a wrong
+    type must be one clear error here, not a KeyError deep inside a driver call.
+    """
+    driver = state.get("driver")
+    if not _shaped(driver, {"loaded": bool, "version": str}):
+        return "driver must be {loaded: true|false, version: text}"
+    if not _DRIVER_VERSION.fullmatch(driver["version"]):
+        return f"driver.version {driver['version']!r} is not a driver version like 550.127.05"
+    faults = state.get("faults")
+    if not isinstance(faults, dict) or not isinstance(faults.get("fail_after"), (dict, NoneType)):
+        return "faults must be {fail_after: null or {function, successes, ...}}"
+    fault = faults["fail_after"]
+    if fault is not None and not (
+        _shaped(
+            fault, {"function": str, "successes": int}, {"succeeded": int, "error": (str, NoneType)}
+        )
+    ):
+        return "faults.fail_after must be {function: text, successes: count, succeeded?, error?}"
+    gpus = state.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return "gpus must be a non-empty list"
+    for position, gpu in enumerate(gpus):
+        problem = _gpu_problem(gpu, position)
+        if problem:
+            return problem
+    return None
+
+
+def _gpu_problem(gpu: Any, position: int) -> str | None:
+    where = f"gpus[{position}]"
+    if not _shaped(gpu, _GPU_KEYS):
+        keys = ", ".join(f"{k} ({_type_name(t)})" for k, t in _GPU_KEYS.items())
+        return f"{where} must have {keys}"
+    if gpu["index"] != position:
+        return f"{where}.index is {gpu['index']}, expected {position}"
+    if catalog.find_model(gpu["model"]) is None:
+        return f"{where}.model {gpu['model']!r} is not a catalog model"
+    if not _PCI_BUS_ID.fullmatch(gpu["pci_bus_id"]):
+        return f"{where}.pci_bus_id {gpu['pci_bus_id']!r} is not like 00000000:07:00.0"
+    if not all(isinstance(unit, str) for unit in gpu["held_by"]):
+        return f"{where}.held_by must list unit names"
+    if "health" in gpu and not _healthy_shape(gpu["health"]):
+        return (
+            f"{where}.health must be {{ecc: {{corrected, uncorrected}}: {{volatile, aggregate}}, "
+            "remapped_rows: {corrected, uncorrected, pending, failure}, retired_pages: "
+            "{single_bit, double_bit, pending}} (see gpuprov_lab.sim.state.new_health)"
+        )
+    for n, gi in enumerate(gpu["gpu_instances"]):
+        if not _shaped(gi, {**_PLACED, "profile_id": int, "compute_instances": list}):
+            return (
+                f"{where}.gpu_instances[{n}] must have id, profile_id, start, size, "
+                "compute_instances"
+            )
+        for k, ci in enumerate(gi["compute_instances"]):
+            if not _shaped(ci, {**_PLACED, "profile_id": int}):
+                return (
+                    f"{where}.gpu_instances[{n}].compute_instances[{k}] must have id, profile_id, "
+                    "start, size"
+                )
+    return None
+
+
+def _healthy_shape(value: Any) -> bool:
+    counters = {"volatile": int, "aggregate": int}
+    ecc = value.get("ecc") if isinstance(value, dict) else None
+    pages = value.get("retired_pages") if isinstance(value, dict) else None
+    return (
+        _shaped(value, {"ecc": dict, "remapped_rows": dict, "retired_pages": dict})
+        and _shaped(ecc, {"corrected": dict, "uncorrected": dict})
+        and all(_shaped(ecc[kind], counters) for kind in ("corrected", "uncorrected"))
+        and _shaped(
+            value["remapped_rows"],
+            {"corrected": int, "uncorrected": int, "pending": bool, "failure": bool},
+        )
+        and _shaped(pages, {"single_bit": list, "double_bit": list, "pending": bool})
+        and all(
+            _shaped(page, {"address": int, "timestamp": int})
+            for cause in ("single_bit", "double_bit")
+            for page in pages[cause]
+        )
+    )
+
+
+def _shaped(value: Any, required: dict[str, Any], optional: dict[str, Any] | None = None) -> bool:
+    """A dict with every ``required`` key of its type (bool is not an int) and any ``optional``."""
+    if not isinstance(value, dict):
+        return False
+    wanted = {**required, **(optional or {})}
+    for key, kind in wanted.items():
+        if key not in value:
+            if key in required:
+                return False
+            continue
+        item = value[key]
+        if isinstance(item, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            return False
+        if not isinstance(item, kind):
+            return False
+        if isinstance(item, int) and not isinstance(item, bool) and item < 0:
+            return False
+    return True
+
+
+def _type_name(kind: Any) -> str:
+    return {bool: "true|false", str: "text", int: "count", list: "list"}[kind]
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Hold the exclusive lock of ``path`` (its sidecar ``.lock`` file) for the block."""
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def transaction(path: str) -> Iterator[State]:
+    """Load ``path`` under the lock, yield it for changes, save it if it changed.
+
+    Nothing is written when the block raises, so a failed change leaves the file as it was.
+    """
+    with locked(path):
+        state = load(path)
+        before = copy.deepcopy(state)
+        yield state
+        if state != before:
+            _replace(path, state)
+
+
+def write_new(path: str, state: State) -> None:
+    """Write ``state`` to ``path`` under the lock, replacing any previous state."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with locked(path):
+        _replace(path, state)
+
+
+def _replace(path: str, state: State) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".gpuprov-sim-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(state, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def reboot(state: State) -> State:
+    """Apply a host reboot: pending MIG mode becomes current, every GI and CI is gone.
+
+    MIG mode survives a reboot, MIG devices do not (NVIDIA MIG User Guide,
+    https://docs.nvidia.com/datacenter/tesla/mig-user-guide/; k8s-device-plugin
+    #225). Processes do not survive either, so ``busy`` clears; systemd units in ``held_by``
+    start again at boot and keep holding the GPU.
+    """
+    for gpu in state["gpus"]:
+        _reset(gpu)
+        gpu["busy"] = False
+        if "health" in gpu:
+            # A driver reload retires the pending pages (dynamic page retirement docs: "reload
+            # the driver to activate").
+            gpu["health"]["retired_pages"]["pending"] = False
+    return state
+
+
+def reset_gpu(state: State, index: int) -> str | None:
+    """Reset GPU ``index`` like ``nvidia-smi -r``; the reason it is refused, or None when done.
+
+    A reset is refused while any client holds the GPU (NVIDIA MIG User Guide: "Any driver client
+    blocks the
+    reset"); on success the pending MIG mode becomes current and all instances are gone.
+    """
+    gpu = state["gpus"][index]
+    if holders(gpu):
+        return "In use by another client"
+    _reset(gpu)
+    return None
+
+
+def holders(gpu: dict[str, Any]) -> list[str]:
+    """Who holds ``gpu`` open now: ``"process"`` when busy, plus each active ``held_by`` unit."""
+    found = ["process"] if gpu.get("busy") else []
+    return found + [unit for unit in gpu.get("held_by", []) if unit_active(unit)]
+
+
+def unit_active(unit: str) -> bool:
+    """Is systemd unit ``unit`` active? Without a running systemd, a listed unit counts as active.
+
+    The fallback keeps the rule deterministic in containers and on CI machines without systemd:
+    listing a unit in ``held_by`` then simply means "held".
+    """
+    if not os.path.isdir("/run/systemd/system") or shutil.which("systemctl") is None:
+        return True
+    result = subprocess.run(["systemctl", "is-active", "--quiet", unit], check=False)
+    return result.returncode == 0
+
+
+def _reset(gpu: dict[str, Any]) -> None:
+    """What a GPU reset does: pending MIG mode current, instances gone, pending row remappings
+    active ("A reset will be required to actually remap the row", nvmlDeviceGetRemappedRows
+    docs), volatile ECC counts cleared."""
+    gpu["mig_current"] = gpu["mig_pending"]
+    gpu["gpu_instances"] = []
+    if "health" in gpu:
+        gpu["health"]["remapped_rows"]["pending"] = False
+        for counts in gpu["health"]["ecc"].values():
+            counts["volatile"] = 0

@@ -1,0 +1,325 @@
+"""The lab as pytest sees it: start it once, reach its hosts, take it down.
+
+``tests/lab/conftest.py`` wraps this in the session fixture ``lab``; end-to-end tests elsewhere
+can do the same. Hosts are addressed by name (``lab-h100-01``) through the run's ssh_config.
+
+    lab = Lab.start()                       # `gpuprov lab up` (3 hosts), as root
+    lab.run("lab-h100-01", "nvidia-smi -L").stdout
+    lab.testinfra("lab-h100-01").service("kubelet").is_running
+    lab.deploy()                            # pyinfra -y inventories/lab.py deploys/gpu_node.py
+    lab.verify().returncode                 # gpuprov verify inventories/lab.py
+    lab.verify(None, "--kubeconfig", str(lab.kubeconfig)).returncode
+    lab.kubectl("get", "nodes").stdout      # the lab's kubectl, admin kubeconfig
+    lab.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from gpuprov.host.contract import AGENT_PATH, KUBELET_DEVICE_PLUGIN_DIR
+from gpuprov_lab import controlplane, lifecycle, network, ssh
+from gpuprov_lab.rundir import RunDir, default_dir
+from gpuprov_lab.spec import LabHost, default_spec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = "deploys/gpu_node.py"
+
+TEST_OWNED = "started-by-tests"  # in the run directory of a lab that a test session started
+Placement = tuple[int, int, int]  # (profile id, start, size) of a GPU instance
+
+
+def planned_instances(host_plan: dict[str, Any]) -> dict[int, list[Placement]]:
+    """GPU index -> the GPU instances a HostPlan document places on it, sorted."""
+    return {
+        g["index"]: sorted((i["profile_id"], i["start"], i["size"]) for i in g["instances"])
+        for g in host_plan["gpus"]
+    }
+
+
+def observed_instances(probe: dict[str, Any]) -> dict[int, list[Placement]]:
+    """GPU index -> the GPU instances a probe document shows on it, sorted."""
+    return {
+        g["index"]: sorted((i["profile_id"], i["start"], i["size"]) for i in g["gpu_instances"])
+        for g in probe["gpus"]
+    }
+
+
+class UserLabUp(Exception):
+    """A lab that a person started is up; the tests will not use or stop it."""
+
+
+def _refuse_a_users_lab(run_dir: RunDir) -> None:
+    if run_dir.read_state() is not None and not (run_dir.path / TEST_OWNED).exists():
+        raise UserLabUp(
+            f"a lab started outside the tests is up in {run_dir.path}; the lab tests need "
+            "their own and leave yours alone: run `gpuprov lab down` to run them"
+        )
+
+
+@dataclass
+class Lab:
+    """A running lab: its hosts, run directory, inventory and SSH access."""
+
+    run_dir: RunDir
+    hosts: list[LabHost]
+    _testinfra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def start(cls, hosts: int = 3, spec: list[LabHost] | None = None, kube: bool = True) -> Lab:
+        """`gpuprov lab up --hosts N` (or of ``spec``; ``kube=False``: ``--no-kube``), reusing a
+        lab that an earlier test session left.
+
+        A lab that a person started (`gpuprov lab up` or `lab demo`) is theirs: the tests neither
+        reuse it (it may be deployed already) nor take it down; ``UserLabUp`` says so instead.
+        """
+        spec = spec or default_spec(hosts)
+        run_dir = RunDir(default_dir())
+        _refuse_a_users_lab(run_dir)
+        owner = run_dir.path / TEST_OWNED
+        lifecycle.up(run_dir, spec, kube=kube)
+        owner.touch()
+        return cls(run_dir, spec)
+
+    @staticmethod
+    def make_way() -> None:
+        """Take down the lab an earlier test started, for a test that starts a lab of its own;
+        a lab a person started (its control plane included) stays, and ``UserLabUp`` says so."""
+        run_dir = RunDir(default_dir())
+        _refuse_a_users_lab(run_dir)
+        lifecycle.down(run_dir)
+
+    def stop(self) -> None:
+        """`gpuprov lab down`; fine if it is already down."""
+        self._close_testinfra()
+        lifecycle.down(self.run_dir)
+
+    @property
+    def names(self) -> list[str]:
+        return [h.name for h in self.hosts]
+
+    def host(self, name: str) -> LabHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    def in_group(self, group: str) -> list[LabHost]:
+        return [h for h in self.hosts if h.group == group]
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.run_dir.ssh_config
+
+    @property
+    def kube(self) -> dict[str, Any] | None:
+        """The lab's cluster (server, kubeconfig, kubectl) as ``lab.json`` records it."""
+        state = self.run_dir.read_state()
+        return state.get("kube") if state else None
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (the lab runs Kubernetes, or this fails)."""
+        assert self.kube, "this lab runs without Kubernetes (`lab up --no-kube`)"
+        return Path(self.kube["kubeconfig"])
+
+    def kubectl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """The lab's kubectl with the admin kubeconfig (not checked)."""
+        assert self.kube, "this lab runs without Kubernetes (`lab up --no-kube`)"
+        return subprocess.run(
+            [self.kube["kubectl"], f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        """Node name -> ``{"ready", "allocatable"}`` as the API server shows it now."""
+        assert self.kube, "this lab runs without Kubernetes (`lab up --no-kube`)"
+        rows = controlplane.nodes(self.kube["kubectl"], self.kubeconfig)
+        return {row["name"]: row for row in rows}
+
+    def wait_nodes(
+        self, predicate, timeout: float = 60, what: str = "the nodes"
+    ) -> dict[str, dict[str, Any]]:
+        """Poll ``nodes()`` until ``predicate(nodes)`` holds; fail with the last view after
+        ``timeout`` seconds (the kubelet reports its status every 10 s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = self.nodes()
+            if predicate(nodes):
+                return nodes
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{what}: not so after {timeout:.0f} s; the API server shows {nodes}"
+                )
+            time.sleep(1)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment for gpuprov and pyinfra, the lab's kubectl first on PATH."""
+        return controlplane.env_with_kubectl(self.kube and self.kube["kubectl"])
+
+    @property
+    def inventory(self) -> Path:
+        return REPO_ROOT / "inventories" / "lab.py"
+
+    @cached_property
+    def bin(self) -> Path:
+        """The directory of this Python's console scripts (pyinfra, gpuprov)."""
+        return Path(sys.executable).parent
+
+    def run(
+        self, host: str, command: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
+        """Run a shell ``command`` on ``host`` over SSH; with ``check``, fail on non-zero exit."""
+        result = ssh.run(self.run_dir, host, command, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"{host}: `{command}` exited {result.returncode}:\n{result.stdout}{result.stderr}"
+            )
+        return result
+
+    def deploy_argv(self, inventory: Path | None = None, *args: str) -> list[str]:
+        return [str(self.bin / "pyinfra"), "-y", str(inventory or self.inventory), DEPLOY, *args]
+
+    def deploy(
+        self, inventory: Path | None = None, *args: str, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        """``pyinfra -y INVENTORY deploys/gpu_node.py [ARGS]``; with ``check``, fail unless it
+        exits 0."""
+        result = subprocess.run(
+            self.deploy_argv(inventory, *args),
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=self.env,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"deploy exited {result.returncode}:\n{result.stdout[-6000:]}{result.stderr[-3000:]}"
+            )
+        return result
+
+    def verify(self, inventory: Path | None = None, *args: str) -> subprocess.CompletedProcess:
+        """``gpuprov verify INVENTORY [ARGS]`` (not checked: the exit code is the answer)."""
+        return self._gpuprov("verify", str(inventory or self.inventory), *args)
+
+    def kube_apply(self, inventory: Path | None = None) -> None:
+        """``gpuprov kube apply INVENTORY --kubeconfig K``: the node labels and taints and the
+        device plugin ConfigMap that ``verify --kubeconfig`` checks besides the allocatable."""
+        result = self._gpuprov(
+            "kube", "apply", str(inventory or self.inventory), "--kubeconfig", str(self.kubeconfig)
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    def verify_status(self, inventory: Path | None = None) -> dict[str, str]:
+        """Host name -> ``ok``, ``drift`` or ``unreachable``, as ``gpuprov verify`` sees it."""
+        document = json.loads(self.verify(inventory, "--format", "json").stdout)
+        return {h["name"]: h["status"] for h in document["hosts"]}
+
+    def plan(self, inventory: Path | None = None) -> dict[str, Any]:
+        """Host name -> its HostPlan document (``gpuprov plan --format json``)."""
+        result = self._gpuprov("plan", str(inventory or self.inventory), "--format", "json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        return {h["name"]: h for h in json.loads(result.stdout)["hosts"]}
+
+    def probe(self, host: str) -> dict[str, Any]:
+        """The host agent's probe document (schema gpuprov.probe/v1)."""
+        return json.loads(self.run(host, f"python3 {AGENT_PATH} probe").stdout)
+
+    def inventory_copy(
+        self, directory: Path, inventory_code: str = "", group_data_code: str = ""
+    ) -> Path:
+        """A copy of the lab inventory in ``directory``, with Python appended to it (regroup
+        hosts) and to its group data (override settings); its group data applies as to the
+        original, since the copy keeps the name ``lab.py``."""
+        group_data = directory / "group_data"
+        group_data.mkdir(parents=True, exist_ok=True)
+        source = self.inventory.parent / "group_data" / "lab.py"
+        shutil.copyfile(source, group_data / "lab.py")
+        with (group_data / "lab.py").open("a") as f:
+            f.write(group_data_code)
+        copy = directory / "lab.py"
+        copy.write_text(self.inventory.read_text() + inventory_code)
+        return copy
+
+    def wait_registered(self, host: str, timeout: float = 60) -> None:
+        """Wait until ``host``'s kubelet has the devices the lab's plan gives it, with the
+        deploy's own wait (``agent.pyz settle``): after a reboot the device plugin registers
+        a few seconds after the host answers SSH."""
+        wants = [f"--want={r}={n}" for r, n in self.plan()[host]["resources"].items()]
+        self.run(
+            host,
+            shlex.join(
+                ["python3", AGENT_PATH, "settle", f"--dir={KUBELET_DEVICE_PLUGIN_DIR}", *wants]
+                + [f"--timeout={timeout}"]
+            ),
+            timeout=timeout + 30,
+        )
+
+    def reboot(self, host: str, timeout: float = 90) -> None:
+        """``systemctl reboot`` on ``host``; return once it has booted again."""
+        boot_id = self.run(host, "cat /proc/sys/kernel/random/boot_id").stdout
+        self._close_testinfra(host)
+        self.run(host, "systemctl reboot", check=False)
+        deadline = time.monotonic() + timeout
+        while self.run(host, "cat /proc/sys/kernel/random/boot_id", check=False).stdout in (
+            boot_id,
+            "",
+        ):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{host} did not come back from the reboot in {timeout} s")
+            time.sleep(0.5)
+        ssh.wait_booted(self.run_dir, [host], timeout=max(1.0, deadline - time.monotonic()))
+
+    def cut_ssh(self, host: str, seconds: float) -> None:
+        """Lose ``host``'s SSH connections: its link goes down, the host forgets the
+        connections, and the link comes back after ``seconds``; a peer's next packet on an old
+        connection is answered with a reset (new connections work)."""
+        index = self.host(host).index
+        self._close_testinfra(host)
+        network.set_link(index, up=False)
+        try:
+            network.drop_connections(index, port=22)
+            time.sleep(seconds)
+        finally:
+            network.set_link(index, up=True)
+
+    def _gpuprov(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(self.bin / "gpuprov"), *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=self.env,
+        )
+
+    def testinfra(self, host: str) -> Any:
+        """A testinfra host over ``paramiko://`` with the lab's ssh_config (cached per host, and
+        connected again after a reboot or a cut: testinfra's own ``get_host`` cache is not used,
+        since it would hand back the closed connection)."""
+        if host not in self._testinfra:
+            import testinfra.backend
+            import testinfra.host
+
+            backend = testinfra.backend.get_backend(
+                f"paramiko://{host}", ssh_config=str(self.ssh_config)
+            )
+            self._testinfra[host] = testinfra.host.Host(backend)
+            backend.set_host(self._testinfra[host])
+        return self._testinfra[host]
+
+    def _close_testinfra(self, *hosts: str) -> None:
+        """Close the cached testinfra connections of ``hosts`` (default: all)."""
+        for name in hosts or list(self._testinfra):
+            if name in self._testinfra:
+                self._testinfra.pop(name).backend.client.close()

@@ -1,0 +1,77 @@
+"""What each distribution ships: gpuprov's wheel holds the product and nothing of its lab; the
+gpuprov-lab wheel holds the lab, the simulated driver and its packages (issue #25 item 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _wheel(source: Path, out: Path) -> list[str]:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(out),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = out.glob("*.whl")
+    return zipfile.ZipFile(wheel).namelist()
+
+
+@pytest.fixture(scope="module")
+def product(tmp_path_factory) -> list[str]:
+    return _wheel(ROOT, tmp_path_factory.mktemp("gpuprov"))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> list[str]:
+    return _wheel(ROOT / "lab", tmp_path_factory.mktemp("gpuprov-lab"))
+
+
+def test_the_product_wheel_holds_no_lab_simulator_c_or_shell_file(product):
+    code = [n for n in product if ".dist-info/" not in n]
+    assert [n for n in code if not n.startswith("gpuprov/")] == []
+    assert [n for n in code if n.endswith((".c", ".h", ".sh", ".so"))] == []
+    assert [n for n in code if "lab" in n.split("/") or "sim" in n.split("/")] == []
+
+
+def test_the_product_wheel_holds_every_module_and_data_file_of_the_product(product):
+    wanted = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "gpuprov").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    wanted |= {f"gpuprov/templates/{p.name}" for p in (ROOT / "templates").iterdir() if p.is_file()}
+    assert sorted(wanted - set(product)) == []
+
+
+def test_the_product_installs_one_command_and_no_simulator(product):
+    (points,) = [n for n in product if n.endswith(".dist-info/entry_points.txt")]
+    assert "gpuprov-sim" not in points
+
+
+def test_the_lab_wheel_holds_the_lab_the_simulated_driver_and_its_packages(lab):
+    code = {n for n in lab if ".dist-info/" not in n}
+    assert [n for n in code if not n.startswith("gpuprov_lab/")] == []
+    wanted = {
+        p.relative_to(ROOT / "lab").as_posix()
+        for p in (ROOT / "lab" / "gpuprov_lab").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert sorted(wanted - code) == []
