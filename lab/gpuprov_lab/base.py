@@ -9,6 +9,7 @@ new base on the next `up` (about 30 s) and nothing stale is ever reused.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -37,10 +38,22 @@ def path() -> Path:
 
 
 def ensure() -> Path:
-    """The cached base for this version, built first if missing."""
+    """The cached base for this version, built first if missing.
+
+    Builds of the same version queue on a lock beside the cache (two builds sharing one
+    temporary directory broke each other), so the second finds the first one's base.
+    """
     base = path()
     if (base / "usr/sbin/sshd").exists():
         return base
+    with open(base.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (base / "usr/sbin/sshd").exists():
+            return base
+        return _build(base)
+
+
+def _build(base: Path) -> Path:
     log = base.with_suffix(".log")
     print(f"building the lab base {base} (about 30 s; log {log})", file=sys.stderr)
     with open(log, "w") as out:

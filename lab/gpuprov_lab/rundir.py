@@ -148,6 +148,8 @@ def prune_cache(prefix: str, keep: Path) -> None:
     for path in CACHE.glob(prefix + "*"):
         if re.search(re.escape(str(path)) + r"[,:/\s]", in_use):
             continue
+        if path.suffix == ".lock":  # another build may hold it (base.ensure)
+            continue
         if path != keep and path.name != keep.name + ".log":
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
