@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from gpuprov.cli import kube, lab, mig, mig_parted, plan, probe, variables, verify
+from gpuprov.cli import advise, kube, lab, mig, mig_parted, plan, probe, variables, verify
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -19,5 +19,6 @@ def main() -> None:
 for command in (plan.plan, mig.mig, verify.verify, probe.probe, lab.lab, variables.variables):
     main.add_command(command)
 main.add_command(kube.kube)
+main.add_command(advise.advise)
 for command in (mig_parted.export, mig_parted.import_):
     mig.mig.add_command(command)
