@@ -304,7 +304,7 @@ def write_range_csv(path: Path, cluster: Cluster, scrapes: int, step: float) -> 
             for metric, at in (("DCGM_FI_DEV_FB_USED", 1), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 2)):
                 for v in values:
                     f.write(
-                        f"{v[0]:g},{metric},{host},{index},{uuid},{MODEL_NAME},{pod},{namespace},{container},{v[at]:g}\n"
+                        f"{v[0]:.0f},{metric},{host},{index},{uuid},{MODEL_NAME},{pod},{namespace},{container},{v[at]:g}\n"
                     )
                     count += 1
     return count

@@ -69,7 +69,8 @@ class Demand:
 def size(usage: WorkloadUsage, model: catalog.GpuModel, sizing: Sizing) -> Demand:
     """``usage`` as a demand on a pool of ``model``."""
     basis = usage.memory_high if sizing.allow_overcommit else usage.memory_peak
-    need = math.ceil(basis * (1 + sizing.headroom / 100))
+    # rounded to a micro-MiB first: 22220 x 1.1 is 24442.000000000004 in floats
+    need = math.ceil(round(basis * (1 + sizing.headroom / 100), 6))
     compute = usage.compute_mean or 0.0
     whole = None
     if usage.gpus > 1:
