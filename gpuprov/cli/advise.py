@@ -194,6 +194,10 @@ def read_usage(paths, options, percentile: float, show_progress: bool):
                 summaries.append(read(stream, name, collector, options, meter))
             except (OSError, EOFError) as e:  # a truncated or corrupt gzip stream
                 raise InputError([Problem(name, f"cannot read: {e}")]) from None
+            except UnicodeDecodeError as e:
+                line = _bad_utf8_line(path)
+                where = f"line {line}: " if line else ""
+                raise InputError([Problem(name, f"{where}not UTF-8 text ({e.reason})")]) from None
             finally:
                 if meter:
                     meter.done()
@@ -201,6 +205,20 @@ def read_usage(paths, options, percentile: float, show_progress: bool):
         return collector.result(percentile), summaries
     except InputProblem as e:
         raise InputError([Problem(", ".join(paths), str(e))]) from None
+
+
+def _bad_utf8_line(path: str) -> int | None:
+    """The first line of ``path`` that is not UTF-8 (the decoder reads ahead of the reader, so
+    the error alone does not say); None for stdin, which cannot be read again."""
+    if path == "-":
+        return None
+    with _Opened(path) as opened:
+        for number, line in enumerate(opened.stream, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return None
 
 
 class _Opened:
@@ -344,15 +362,12 @@ def _inventory_hosts(inventory: str, usage) -> dict[str, int]:
 
     _, plan = load_plan(inventory, ())
     hosts = {h.name: h.gpu_count for h in plan.hosts if h.gpu_model == usage.model.alias}
-    unknown = sorted(set(usage.hosts) - set(hosts))
-    if unknown:
+    if not hosts:
         raise InputError(
             [
                 Problem(
                     inventory,
-                    f"the usage shows hosts the inventory has no {usage.model.alias} host for: "
-                    + ", ".join(unknown[:5])
-                    + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""),
+                    f"no host of the usage's GPU model {usage.model.alias} to propose for",
                 )
             ]
         )

@@ -59,10 +59,10 @@ def read(
         reader.run(lines, progress)
     except InputProblem as e:
         raise bad_line(name, reader.lineno, str(e)) from None
+    except UnicodeDecodeError:
+        raise  # the command line finds the line (the decoder reads ahead)
     except ValueError as e:  # float() or int() of something else
         raise bad_line(name, reader.lineno, f"not a number: {e}") from None
-    except UnicodeDecodeError as e:
-        raise bad_line(name, reader.lineno + 1, f"not UTF-8 text ({e.reason})") from None
     return ReadSummary(name, FORMAT, reader.samples, reader.skipped, len(reader.series))
 
 
@@ -131,6 +131,7 @@ class _Reader:
             known = self.names[metric] = _metric(metric, self.name, self.lineno)
         head = line.rpartition("}")[0]
         if known is _SKIP:
+            _check_skipped(text, brace, self.name, self.lineno)
             if head:  # lines of unlabelled metrics are not cached: their heads differ
                 self.series[head] = _SKIP
             return _SKIP
@@ -163,6 +164,28 @@ class _Reader:
             self.families.clear()
         entry[1] = self.scrape
         return self.scrape * UNTIMESTAMPED_STEP
+
+
+def _check_skipped(text: str, brace: int, name: str, lineno: int) -> None:
+    """Another metric's first line (or every line of an unlabelled one): well formed, or an
+    error, so a file that only looks like exposition text is not read past silently."""
+    close = text.rfind("}")
+    if brace >= 0 and (close < brace or parse_labels(text[brace + 1 : close]) is None):
+        raise bad_line(name, lineno, f"malformed labels: {shown(text[:120])}")
+    fields = text[close + 1 :].split() if brace >= 0 else text.split()[1:]
+    try:
+        if not 1 <= len(fields) <= 2:
+            raise ValueError
+        float(fields[0])
+        if len(fields) == 2:
+            int(fields[1])
+    except ValueError:
+        raise bad_line(
+            name,
+            lineno,
+            f"not Prometheus text exposition (name{{labels}} value [timestamp]): "
+            f"{shown(text[:120])}",
+        ) from None
 
 
 def _metric(metric: str, name: str, lineno: int) -> object:

@@ -100,12 +100,12 @@ def read(
                 progress(samples)
     except InputProblem as e:
         raise bad_line(name, lineno, str(e)) from None
+    except UnicodeDecodeError:
+        raise  # the command line finds the line (the decoder reads ahead)
     except ValueError as e:
         raise bad_line(name, lineno, f"not a number or time: {shown(str(e))}") from None
     except csv.Error as e:
         raise bad_line(name, lineno, f"not CSV: {e}") from None
-    except UnicodeDecodeError as e:
-        raise bad_line(name, lineno, f"not UTF-8 text ({e.reason})") from None
     return ReadSummary(name, FORMAT, samples, skipped, len(series))
 
 

@@ -65,10 +65,10 @@ def read(
         raise bad_line(name, None, f"not JSON ({_short(e)}) {reader.where()}") from None
     except InputProblem as e:
         raise bad_line(name, None, f"{reader.where()}: {e}") from None
+    except UnicodeDecodeError:
+        raise  # the command line finds the line (the decoder reads ahead)
     except (ValueError, TypeError) as e:
         raise bad_line(name, None, f"{reader.where()}: not a number: {_short(e)}") from None
-    except UnicodeDecodeError as e:
-        raise bad_line(name, None, f"not UTF-8 text ({e.reason})") from None
     if not reader.result_type:
         raise bad_line(
             name,
