@@ -74,7 +74,7 @@ def test_the_table_says_how_full_each_pool_is(tmp_path):
     result = check(inventory, usage)
     assert result.exit_code == 0, result.output
     assert "Every one of the 5 workloads fits." in result.stdout
-    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[4:6]}
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[5:7]}
     # the job takes the whole-card host; the 4 notebooks 2 shares each on 2 GPUs (best fit
     # leaves the whole cards alone)
     assert rows["whole_card"][:3] == ["1", "8/8", "8/8"]
