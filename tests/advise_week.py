@@ -212,84 +212,94 @@ def write_prometheus(
     step: float,
     timestamps: bool = True,
     compress: bool = False,
+    others: bool = True,
 ) -> int:
-    """DCGM exporter scrapes one after another: FB_USED, FB_FREE, GR_ENGINE_ACTIVE and a
-    metric advise does not read (temperature). Returns the samples advise reads."""
+    """DCGM exporter scrapes one after another: FB_USED, GR_ENGINE_ACTIVE and (``others``)
+    FB_FREE and a metric advise does not read (temperature). Returns the samples advise
+    reads."""
+    blocks = {
+        "DCGM_FI_DEV_FB_USED": ("Framebuffer memory used (in MiB).", lambda s: f"{s.memory:g}"),
+        "DCGM_FI_DEV_FB_FREE": (
+            "Framebuffer memory free (in MiB).",
+            lambda s: f"{81920 - s.memory:g}",
+        ),
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": (
+            "Ratio of time the graphics engine is active.",
+            lambda s: f"{s.compute:g}",
+        ),
+        "DCGM_FI_DEV_GPU_TEMP": ("GPU temperature (in C).", lambda s: "41"),
+    }
+    if not others:
+        del blocks["DCGM_FI_DEV_FB_FREE"], blocks["DCGM_FI_DEV_GPU_TEMP"]
+    labels: dict[tuple, str] = {}
     count = 0
     with _open(path, compress) as f:
         for scrape in samples(cluster, scrapes, step):
             stamp = f" {int(scrape[0].time * 1000)}" if timestamps else ""
-            blocks = {
-                "DCGM_FI_DEV_FB_USED": (
-                    "gauge",
-                    "Framebuffer memory used (in MiB).",
-                    lambda s: f"{s.memory:g}",
-                ),
-                "DCGM_FI_DEV_FB_FREE": (
-                    "gauge",
-                    "Framebuffer memory free (in MiB).",
-                    lambda s: f"{81920 - s.memory:g}",
-                ),
-                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": (
-                    "gauge",
-                    "Ratio of time the graphics engine is active.",
-                    lambda s: f"{s.compute:g}",
-                ),
-                "DCGM_FI_DEV_GPU_TEMP": ("gauge", "GPU temperature (in C).", lambda s: "41"),
-            }
-            for metric, (kind, help_, value) in blocks.items():
-                f.write(f"# HELP {metric} {help_}\n# TYPE {metric} {kind}\n")
+            for metric, (help_, value) in blocks.items():
+                f.write(f"# HELP {metric} {help_}\n# TYPE {metric} gauge\n")
+                lines = []
                 for s in scrape:
-                    f.write(f"{metric}{{{_labels(s)}}} {value(s)}{stamp}\n")
+                    key = (s.host, s.index, s.workload)
+                    text = labels.get(key)
+                    if text is None:
+                        text = labels[key] = _labels(s)
+                    lines.append(f"{metric}{{{text}}} {value(s)}{stamp}\n")
+                f.write("".join(lines))
             count += 2 * len(scrape)
     return count
 
 
 def _series_labels(cluster: Cluster, scrapes: int, step: float):
-    """Range-query series: per GPU and per pod on it, its samples (series-major)."""
-    rows: dict[tuple, list] = {}
-    for scrape in samples(cluster, scrapes, step):
-        for s in scrape:
-            w = s.workload
+    """Range-query series, series-major: per GPU, per pod that held it, its samples. One
+    GPU's week at a time is in memory, never the cluster's."""
+    for gpu in cluster.gpus:
+        series = _Series(cluster, gpu, scrapes)
+        uuid = cluster.uuid(*gpu)
+        rows: dict[tuple, list] = {}
+        for n in range(scrapes):
+            w, memory, compute = series.at(n)
             key = (
-                s.host,
-                s.index,
-                s.uuid,
+                *gpu,
+                uuid,
                 w.pod if w else "",
                 w.namespace if w else "",
                 w.container if w else "",
             )
-            rows.setdefault(key, []).append((s.time, s.memory, s.compute))
-    return rows
+            rows.setdefault(key, []).append((START + n * step, memory, compute))
+        yield from rows.items()
 
 
 def write_range_json(
     path: Path, cluster: Cluster, scrapes: int, step: float, compress: bool = False
 ) -> int:
-    """The JSON of query_range for {__name__=~"DCGM_FI_DEV_FB_USED|DCGM_FI_PROF_GR_ENGINE_ACTIVE"}."""
+    """The JSON of query_range for {__name__=~"DCGM_FI_DEV_FB_USED|DCGM_FI_PROF_GR_ENGINE_ACTIVE"},
+    written series by series."""
     count = 0
-    result = []
-    for (host, index, uuid, pod, namespace, container), values in _series_labels(
-        cluster, scrapes, step
-    ).items():
-        for metric, at in (("DCGM_FI_DEV_FB_USED", 1), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 2)):
-            labels = {
-                "__name__": metric,
-                "Hostname": host,
-                "gpu": str(index),
-                "UUID": uuid,
-                "modelName": MODEL_NAME,
-                "instance": "10.0.0.9:9400",
-                "job": "dcgm-exporter",
-                "pod": pod,
-                "namespace": namespace,
-                "container": container,
-            }
-            result.append({"metric": labels, "values": [[v[0], f"{v[at]:g}"] for v in values]})
-            count += len(values)
-    document = {"status": "success", "data": {"resultType": "matrix", "result": result}}
     with _open(path, compress) as f:
-        json.dump(document, f)
+        f.write('{"status":"success","data":{"resultType":"matrix","result":[')
+        first = True
+        for (host, index, uuid, pod, namespace, container), values in _series_labels(
+            cluster, scrapes, step
+        ):
+            for metric, at in (("DCGM_FI_DEV_FB_USED", 1), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 2)):
+                labels = {
+                    "__name__": metric,
+                    "Hostname": host,
+                    "gpu": str(index),
+                    "UUID": uuid,
+                    "modelName": MODEL_NAME,
+                    "instance": "10.0.0.9:9400",
+                    "job": "dcgm-exporter",
+                    "pod": pod,
+                    "namespace": namespace,
+                    "container": container,
+                }
+                f.write(("" if first else ",") + '{"metric":' + json.dumps(labels) + ',"values":[')
+                f.write(",".join(f'[{v[0]:.0f},"{v[at]:g}"]' for v in values) + "]}")
+                first = False
+                count += len(values)
+        f.write("]}}")
     return count
 
 
@@ -300,7 +310,7 @@ def write_range_csv(path: Path, cluster: Cluster, scrapes: int, step: float) -> 
         f.write("timestamp,__name__,Hostname,gpu,UUID,modelName,pod,namespace,container,value\n")
         for (host, index, uuid, pod, namespace, container), values in _series_labels(
             cluster, scrapes, step
-        ).items():
+        ):
             for metric, at in (("DCGM_FI_DEV_FB_USED", 1), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 2)):
                 for v in values:
                     f.write(
