@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -121,11 +122,20 @@ def test_advise_for_an_inventorys_hosts(tmp_path):
     assert "no host of the usage's GPU model A100-80GB to propose for" in result.stderr
 
 
-def test_progress_goes_to_stderr_only_when_asked(tmp_path):
-    usage = small_week(tmp_path, jobs=0, mid=4, churned=0, services=0)
+def test_progress_goes_to_stderr_only_when_asked(tmp_path, monkeypatch):
+    usage = tmp_path / "week.prom"
+    samples = write_prometheus(usage, article_cluster(), 170, 3600)
+    assert samples > 65536  # readers report every 65536 samples
     quiet = CliRunner().invoke(main, ["advise", str(usage), "--format", "json"])
     assert quiet.exit_code == 0 and quiet.stderr == ""
     json.loads(quiet.stdout)  # nothing but the document on stdout
+    monkeypatch.setattr("gpuprov.cli.advise.PROGRESS_SECONDS", 0.0)  # a line at every report
+    loud = CliRunner().invoke(main, ["advise", str(usage), "--format", "json", "--progress"])
+    assert loud.exit_code == 0
+    size = usage.stat().st_size // 2**20
+    [line] = loud.stderr.splitlines()
+    assert re.fullmatch(rf"{re.escape(str(usage))}: 65,536 samples, \d+ of {size} MB \(\d+%\)", line)
+    json.loads(loud.stdout)
 
 
 @settings(max_examples=200, deadline=None)

@@ -402,11 +402,10 @@ def _print_report(usage, summaries, proposal, numbers, sizing) -> None:
     click.echo(table(rows, ["", "now", "proposed", ""]))
     parts = []
     for bound in numbers["bounds"]:
-        parts.append(
-            f"{bound['gpus']} GPUs ({bound['method']})"
-            if bound["gpus"]
-            else f"{bound['method']}: {bound['note']}"
-        )
+        if bound["note"]:
+            parts.append(f"{bound['method']}: {bound['note']}")
+        else:
+            parts.append(f"{bound['gpus']} GPUs ({bound['method']})")
     gap = numbers["gap_to_bound_percent"]
     click.echo(
         f"\nLower bound: {'; '.join(parts)}. The proposal uses {gpus['proposed']}"
@@ -428,8 +427,9 @@ def _print_report(usage, summaries, proposal, numbers, sizing) -> None:
                 layouts.setdefault(text, []).append(str(gpu.index))
             what = "\n".join(f"GPU {','.join(ix)}: {t}" for t, ix in layouts.items())
         host_rows.append([host.name, host.mode, f"{host.gpus_used}/{host.gpu_count}", what])
-    click.echo()
-    click.echo(table(host_rows, ["host", "mode", "GPUs used", "sharing"]))
+    if host_rows:
+        click.echo()
+        click.echo(table(host_rows, ["host", "mode", "GPUs used", "sharing"]))
     whole = [d for d in proposal.demands if d.whole]
     if whole:
         click.echo("\nWorkloads that fit no share (whole cards):")
@@ -522,6 +522,10 @@ def _check(inventory: str, usage, summaries, sizing, fmt: str) -> None:
                 click.echo(f"  {printable(misfit.demand.name)}: {misfit.reason}")
         else:
             click.echo(f"\nEvery one of the {len(result.placements)} workloads fits.")
+        if result.other_hosts:
+            click.echo(
+                f"Left out (another GPU model): {', '.join(map(printable, result.other_hosts))}"
+            )
     if not result.fits:
         sys.exit(EXIT_DRIFT)
 
