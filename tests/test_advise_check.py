@@ -134,7 +134,9 @@ def test_progress_goes_to_stderr_only_when_asked(tmp_path, monkeypatch):
     assert loud.exit_code == 0
     size = usage.stat().st_size // 2**20
     [line] = loud.stderr.splitlines()
-    assert re.fullmatch(rf"{re.escape(str(usage))}: 65,536 samples, \d+ of {size} MB \(\d+%\)", line)
+    assert re.fullmatch(
+        rf"{re.escape(str(usage))}: 65,536 samples, \d+ of {size} MB \(\d+%\)", line
+    )
     json.loads(loud.stdout)
 
 

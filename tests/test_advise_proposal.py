@@ -67,6 +67,10 @@ def test_the_8_gpu_training_jobs_stay_on_whole_cards_of_one_host(week):
     plan = {h["name"]: h for h in plan_of(inventory)["hosts"]}
     trainers = [w for w in report["workloads"] if w["name"].startswith("ml-train/")]
     assert len(trainers) == 3
+    assert report["summary"]["fit_no_share"] == [
+        {"workload": w["name"], "reason": "8 GPUs at once"} for w in trainers
+    ]
+    assert report["summary"]["not_placed"] == []
     for trainer in trainers:
         placed = trainer["placed"]
         assert trainer["gpus"] == 8 and placed["slot"] == "whole"

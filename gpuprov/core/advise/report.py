@@ -52,6 +52,10 @@ def summary(usage: Usage, proposal: Proposal, bounds: list[Bound]) -> dict:
             "after": _percent(compute, proposed),
             "workloads_unmeasured": unmeasured,
         },
+        "fit_no_share": [
+            {"workload": d.name, "reason": d.whole} for d in proposal.demands if d.whole
+        ],
+        "not_placed": [u.as_dict() for u in proposal.unplaced],
         "bounds": [b.as_dict() for b in bounds],
         "gap_to_bound_percent": _percent(proposed - best, best) if best else None,
         "shared_with": proposal.shared_with,
