@@ -161,3 +161,13 @@ def test_the_table_report_names_the_numbers_and_the_whole_card_workloads(week):
     assert "ml-train/llm-pretrain-0-0/trainer: 8 GPUs at once" in out
     assert "linear programming" in out
     assert out.rstrip().endswith(")")  # the inventory comes last when not written to a file
+
+
+def test_a_hostile_file_name_cannot_become_code_in_the_inventory(tmp_path):
+    path = tmp_path / 'we"""ek\nraise SystemExit(3)\n#.prom'
+    write_prometheus(path, article_cluster(jobs=0, mid=3, churned=0, services=0), 5, HOURLY)
+    inventory = tmp_path / "advised.py"
+    code, _, err = advise(str(path), "-o", str(inventory))
+    assert code == 0, err
+    assert "\nraise SystemExit" not in inventory.read_text()
+    assert plan_of(inventory)["hosts"]

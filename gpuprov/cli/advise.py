@@ -233,7 +233,7 @@ class _Opened:
             if path == "-":
                 self.raw = sys.stdin.buffer
             else:
-                self.raw = open(path, "rb")  # noqa: SIM115 (closed in __exit__)
+                self.raw = open(path, "rb")  # closed in __exit__
                 self.size = os.fstat(self.raw.fileno()).st_size
         except FileNotFoundError:
             raise InputError([Problem(path, "not found")]) from None

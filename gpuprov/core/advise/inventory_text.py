@@ -9,10 +9,12 @@ only where a host differs.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import Counter
 from typing import Any
 
 from gpuprov.core.advise.proposal import Proposal, ProposedHost
+from gpuprov.errors import printable
 from gpuprov.memory_budget import gib
 
 MODE_ORDER = ("whole_card", "shared", "mig")
@@ -63,16 +65,18 @@ def group_data(hosts: list[ProposedHost], mode: str, model: str) -> tuple[dict, 
 
 
 def render(proposal: Proposal, header: str) -> str:
-    """The inventory file's text; ``header`` says where the usage came from (one line)."""
+    """The inventory file's text; ``header`` says where the usage came from."""
     model = proposal.model.alias
     lines = [
         '"""Proposed by `gpuprov advise` from observed GPU usage; review it before you deploy.',
         "",
-        f"{header}",
-        "",
         "    gpuprov plan THIS_FILE",
         "    gpuprov advise --check THIS_FILE USAGE...   # the usage replayed on this plan",
         '"""',
+        "",
+        # A comment, not the docstring: file names are the user's, and one line each
+        # (printable) cannot end a comment, so nothing in them becomes code.
+        *(f"# {line}" for line in textwrap.wrap(printable(header), 98)),
     ]
     for mode in MODE_ORDER:
         hosts = [h for h in proposal.hosts if h.mode == mode]
