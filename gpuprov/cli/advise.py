@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
-from gpuprov.contract import BACKUP_INFIX, EXIT_DRIFT
+from gpuprov.contract import ADVISE_CHECK_SCHEMA, ADVISE_SCHEMA, BACKUP_INFIX, EXIT_DRIFT
 from gpuprov.errors import InputError, Problem, printable
 
 SHARE_WITH = ("auto", "shared", "mig")
@@ -333,7 +333,7 @@ def _propose(usage, summaries, sizing, share_with, strategy, inventory, output, 
     if fmt == "json":
         emit_json(
             {
-                "schema": "gpuprov.advise/v1",
+                "schema": ADVISE_SCHEMA,
                 "inputs": [s.as_dict() for s in summaries],
                 "window": {"start": usage.start, "end": usage.end, "step": usage.step},
                 "model": usage.model.alias,
@@ -490,7 +490,7 @@ def _check(inventory: str, usage, summaries, sizing, fmt: str) -> None:
     if fmt == "json":
         emit_json(
             {
-                "schema": "gpuprov.advise.check/v1",
+                "schema": ADVISE_CHECK_SCHEMA,
                 "inventory": inventory,
                 "inputs": [s.as_dict() for s in summaries],
                 "model": usage.model.alias,
