@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuprov import catalog
 from gpuprov.cli import main
+from gpuprov.core import catalog
 from gpuprov.core.advise.bounds import lp_bound, simple_bound
 from gpuprov.core.advise.demand import Demand
 from gpuprov.core.advise.sketch import Sketch

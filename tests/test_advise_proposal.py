@@ -92,7 +92,7 @@ def test_every_share_holds_its_workloads_peak_plus_headroom_as_the_plan_reads_it
         elif host["mode"] == "mig":
             [gpu] = [g for g in host["gpus"] if g["index"] == placed["gpus"][0]]
             assert placed["slot"] in gpu["layout"]
-            from gpuprov.catalog import find_model
+            from gpuprov.core.catalog import find_model
 
             assert find_model("A100-80GB").profile(placed["slot"]).memory_mib >= need
         checked += 1

@@ -21,8 +21,8 @@ from pathlib import Path
 import click
 
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
-from gpuprov.contract import ADVISE_CHECK_SCHEMA, ADVISE_SCHEMA, BACKUP_INFIX, EXIT_DRIFT
-from gpuprov.errors import InputError, Problem, printable
+from gpuprov.core.errors import InputError, Problem, printable
+from gpuprov.host.contract import ADVISE_CHECK_SCHEMA, ADVISE_SCHEMA, BACKUP_INFIX, EXIT_DRIFT
 
 SHARE_WITH = ("auto", "shared", "mig")
 STRATEGIES = ("auto", "time-slicing", "mps")
@@ -375,7 +375,7 @@ def _inventory_hosts(inventory: str, usage) -> dict[str, int]:
 
 
 def _print_report(usage, summaries, proposal, numbers, sizing) -> None:
-    from gpuprov.memory_budget import gib
+    from gpuprov.core.memory_budget import gib
 
     click.echo(f"Usage: {_usage_line(usage, summaries)}")
     gpus = numbers["gpus"]

@@ -26,10 +26,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from gpuprov import catalog
+from gpuprov.core import catalog
 from gpuprov.core.advise.demand import Demand, replicas_for
 from gpuprov.core.advise.packing import EPSILON
-from gpuprov.mig.solver import solve
+from gpuprov.core.mig.solver import solve
 
 # The LP is solved at this many of the busiest moments (by the simple bound).
 LP_MOMENTS = 3

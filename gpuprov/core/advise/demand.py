@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpuprov import catalog
+from gpuprov.core import catalog
 from gpuprov.core.advise.usage import WorkloadUsage
-from gpuprov.memory_budget import MIB_PER_GIB, gib
+from gpuprov.core.memory_budget import MIB_PER_GIB, gib
 
 REPLICAS_MIN, REPLICAS_MAX = 2, 1024  # the device plugin's minimum, gpuprov's maximum
 

@@ -19,7 +19,7 @@ import csv
 import re
 
 from gpuprov.core.advise import read_nvidia_smi, read_prometheus, read_range_csv, read_range_json
-from gpuprov.errors import shown
+from gpuprov.core.errors import shown
 
 GZIP_MAGIC = b"\x1f\x8b"
 HEAD_BYTES = 64 * 1024  # how much of a file detection looks at

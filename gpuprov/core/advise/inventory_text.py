@@ -14,8 +14,8 @@ from collections import Counter
 from typing import Any
 
 from gpuprov.core.advise.proposal import Proposal, ProposedHost
-from gpuprov.errors import printable
-from gpuprov.memory_budget import gib
+from gpuprov.core.errors import printable
+from gpuprov.core.memory_budget import gib
 
 MODE_ORDER = ("whole_card", "shared", "mig")
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpuprov import catalog
+from gpuprov.core import catalog
 from gpuprov.core.advise.demand import Demand
-from gpuprov.mig.solver import solve
+from gpuprov.core.mig.solver import solve
 
 # Room for float sums: 0.1 + 0.7 is 0.7999999999999999.
 EPSILON = 1e-9

@@ -26,8 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpuprov import catalog
-from gpuprov.contract import SHARING_MPS, SHARING_TIME_SLICING
+from gpuprov.core import catalog
 from gpuprov.core.advise.demand import Demand, Sizing, replicas_for, share_gib, share_mib, size
 from gpuprov.core.advise.packing import (
     EPSILON,
@@ -40,7 +39,8 @@ from gpuprov.core.advise.packing import (
     place_whole,
 )
 from gpuprov.core.advise.usage import Usage
-from gpuprov.memory_budget import MIB_PER_GIB, mps_limit_mib
+from gpuprov.core.memory_budget import MIB_PER_GIB, mps_limit_mib
+from gpuprov.host.contract import SHARING_MPS, SHARING_TIME_SLICING
 
 SHARE_AUTO, SHARE_SHARED, SHARE_MIG = "auto", "shared", "mig"
 STRATEGY_AUTO = "auto"

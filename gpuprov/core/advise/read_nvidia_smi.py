@@ -40,7 +40,7 @@ from gpuprov.core.advise.reading import (
 )
 from gpuprov.core.advise.series import GPU_UTIL, MEMORY, SeriesIdentity, bad_name
 from gpuprov.core.advise.usage import InputProblem, UsageCollector
-from gpuprov.errors import shown
+from gpuprov.core.errors import shown
 
 FORMAT_GPU = "nvidia-smi-query-gpu"
 FORMAT_APPS = "nvidia-smi-query-compute-apps"

@@ -33,7 +33,7 @@ from gpuprov.core.advise.reading import (
 )
 from gpuprov.core.advise.series import DCGM_METRICS, identity
 from gpuprov.core.advise.usage import InputProblem, UsageCollector
-from gpuprov.errors import shown
+from gpuprov.core.errors import shown
 
 FORMAT = "prometheus-csv"
 TIME_COLUMNS = ("timestamp", "time", "Time")

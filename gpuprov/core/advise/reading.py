@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuprov.errors import InputError, Problem
+from gpuprov.core.errors import InputError, Problem
 
 # Readers report progress every this many lines (or values): often enough for a progress line
 # that moves every second, rarely enough to cost nothing.

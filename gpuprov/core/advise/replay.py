@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuprov import catalog
+from gpuprov.core import catalog
 from gpuprov.core.advise.demand import Demand, Sizing, size
 from gpuprov.core.advise.packing import (
     Gpu,
@@ -30,8 +30,8 @@ from gpuprov.core.advise.packing import (
     place_whole,
 )
 from gpuprov.core.advise.usage import Usage
-from gpuprov.errors import InputError, Problem
-from gpuprov.plan import ClusterPlan, HostPlan
+from gpuprov.core.errors import InputError, Problem
+from gpuprov.core.plan import ClusterPlan, HostPlan
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuprov.errors import has_control, shown
+from gpuprov.core.errors import has_control, shown
 
 # What a sample measures.
 MEMORY = "memory"  # framebuffer used, MiB

@@ -25,10 +25,10 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from gpuprov import catalog
+from gpuprov.core import catalog
 from gpuprov.core.advise.series import GPU_UTIL, GR_ACTIVE, MAXIMUM, MEMORY, SeriesIdentity
 from gpuprov.core.advise.sketch import Sketch
-from gpuprov.errors import shown
+from gpuprov.core.errors import shown
 
 MEMORY_BUCKET_MIB = 64
 COMPUTE_BUCKET = 0.01
