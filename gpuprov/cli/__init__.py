@@ -29,6 +29,7 @@ def _installed() -> Mapping[str, Callable[[], click.Command]]:
 @click.group(
     cls=LazyGroup,
     commands={
+        "advise": "gpuprov.cli.advise:advise",
         "kube": "gpuprov.cli.kube:kube",
         "mig": "gpuprov.cli.mig:mig",
         "plan": "gpuprov.cli.plan:plan",

@@ -20,6 +20,8 @@ import posixpath
 PLAN_SCHEMA = "gpuprov.plan/v1"
 PROBE_SCHEMA = "gpuprov.probe/v1"
 VERIFY_SCHEMA = "gpuprov.verify/v1"
+ADVISE_SCHEMA = "gpuprov.advise/v1"  # `gpuprov advise --format json`
+ADVISE_CHECK_SCHEMA = "gpuprov.advise-check/v1"  # `gpuprov advise --check ... --format json`
 MIG_LAYOUT_SCHEMA = "gpuprov.mig-layout/v1"
 SIM_SCHEMA = "gpuprov.sim/v1"  # the simulated driver's state file (lab and tests)
 # The probe document's ``nvml`` field: "ok", why NVML could not start, or no agent to ask.
