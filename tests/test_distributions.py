@@ -3,6 +3,7 @@ gpuprov-lab wheel holds the lab, the simulated driver and its packages (issue #2
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -11,9 +12,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# What each build needs of the checkout.
+PRODUCT = ("pyproject.toml", "README.md", "gpuprov", "templates")
+LAB = ("pyproject.toml", "README.md", "gpuprov_lab")
 
 
-def _wheel(source: Path, out: Path) -> list[str]:
+def _wheel(source: Path, out: Path, parts: tuple[str, ...]) -> list[str]:
+    """The names in the wheel built from a copy of ``parts`` of ``source`` (a build in the
+    checkout itself would leave setuptools' build/ and egg-info there)."""
+    tree = out / "src"
+    tree.mkdir()
+    for part in parts:
+        copy = shutil.copytree if (source / part).is_dir() else shutil.copy2
+        copy(source / part, tree / part, **_ignore(copy))
+    out = out / "wheel"
     subprocess.run(
         [
             sys.executable,
@@ -25,7 +37,7 @@ def _wheel(source: Path, out: Path) -> list[str]:
             "--no-build-isolation",
             "--wheel-dir",
             str(out),
-            str(source),
+            str(tree),
         ],
         check=True,
         capture_output=True,
@@ -34,14 +46,20 @@ def _wheel(source: Path, out: Path) -> list[str]:
     return zipfile.ZipFile(wheel).namelist()
 
 
+def _ignore(copy) -> dict:
+    if copy is shutil.copytree:
+        return {"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info", "build")}
+    return {}
+
+
 @pytest.fixture(scope="module")
 def product(tmp_path_factory) -> list[str]:
-    return _wheel(ROOT, tmp_path_factory.mktemp("gpuprov"))
+    return _wheel(ROOT, tmp_path_factory.mktemp("gpuprov"), PRODUCT)
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> list[str]:
-    return _wheel(ROOT / "lab", tmp_path_factory.mktemp("gpuprov-lab"))
+    return _wheel(ROOT / "lab", tmp_path_factory.mktemp("gpuprov-lab"), LAB)
 
 
 def test_the_product_wheel_holds_no_lab_simulator_c_or_shell_file(product):
