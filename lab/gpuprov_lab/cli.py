@@ -175,7 +175,9 @@ def demo(count: int | None, spec_file: str | None) -> None:
         verify += kubeconfig
         _wait_advertised(verify, env)
     _demo_step(verify, env)
-    click.echo(f"\nLook around:  ssh -F {run.ssh_config} 10.200.0.11   (or a host name above)")
+    click.echo(
+        f"\nLook around:  ssh -F {run.ssh_config} {spec.SUBNET_PREFIX}11   (or a host name above)"
+    )
     click.echo("Take it down: sudo gpuprov lab down")
 
 

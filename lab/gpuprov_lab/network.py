@@ -1,5 +1,7 @@
 """The lab network: bridge gpl-br0 (10.200.0.1/24) and one network namespace per host.
 
+A lab in slot N (``GPUPROV_LAB_SLOT``) has bridge gplN-br0 on 10.200.N.1/24 and namespaces gplN-<index>.
+
 Each host's namespace ``gpl-<index>`` has ``eth0``, the peer of ``gpl-v<index>`` on the bridge.
 There is no NAT and no forwarding: hosts reach only 10.200.0.0/24 (the lab's own services).
 
@@ -14,10 +16,11 @@ import time
 from pathlib import Path
 
 from gpuprov_lab.errors import LabError
-from gpuprov_lab.spec import GATEWAY
+from gpuprov_lab.spec import GATEWAY, slot
 
-BRIDGE = "gpl-br0"
-PREFIX = "gpl-"
+# Slot 0 keeps the names it always had; slot N's names start gplN- (no prefix is another's).
+PREFIX = "gpl-" if slot() == 0 else f"gpl{slot()}-"
+BRIDGE = f"{PREFIX}br0"
 
 
 def netns_name(index: int) -> str:

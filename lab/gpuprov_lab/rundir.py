@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.core.errors import InputError, Problem
+from gpuprov_lab.spec import slot
 
 SCHEMA = "gpuprov.lab/v1"
 CACHE = Path("/var/tmp")
-LOCK = Path("/run/lock/gpuprov-lab.lock")
+_SUFFIX = "" if slot() == 0 else f"-{slot()}"  # slot N: /tmp/gpuprov-lab-N, its own lock
+LOCK = Path(f"/run/lock/gpuprov-lab{_SUFFIX}.lock")
 
 
 def default_dir() -> Path:
-    return Path(os.environ.get("GPUPROV_LAB_DIR", "/tmp/gpuprov-lab"))
+    return Path(os.environ.get("GPUPROV_LAB_DIR", f"/tmp/gpuprov-lab{_SUFFIX}"))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ Pure data, no I/O beyond reading a `--spec` file. The default lab is one host pe
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,8 +24,34 @@ from gpuprov.core import catalog
 from gpuprov.core.errors import InputError, Problem
 from gpuprov.host.contract import MODES
 
-MAX_HOSTS = 64  # IPs 10.200.0.11 .. 10.200.0.74
-SUBNET_PREFIX = "10.200.0."
+MAX_HOSTS = 64  # IPs 10.200.<slot>.11 .. 10.200.<slot>.74
+# Several labs can run on one machine side by side, one per slot (``GPUPROV_LAB_SLOT``, 0-9,
+# default 0): each has its own subnet, bridge, run directory and lock (``rundir``, ``network``).
+SLOT_ENV = "GPUPROV_LAB_SLOT"
+SLOTS = 10
+
+
+def slot() -> int:
+    """This process's lab slot; an unusable ``GPUPROV_LAB_SLOT`` is bad input.
+
+    >>> slot()
+    0
+    """
+    value = os.environ.get(SLOT_ENV, "0")
+    if not (value.isascii() and value.isdigit() and int(value) < SLOTS):
+        raise InputError(
+            [
+                Problem(
+                    "environment",
+                    f"must be a slot number 0-{SLOTS - 1}, got {value!r:.20}",
+                    key=SLOT_ENV,
+                )
+            ]
+        )
+    return int(value)
+
+
+SUBNET_PREFIX = f"10.200.{slot()}."
 GATEWAY = SUBNET_PREFIX + "1"
 
 # (group, model, count) of the default hosts, cycled for --hosts N.

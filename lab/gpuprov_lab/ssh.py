@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.rundir import RunDir
+from gpuprov_lab.spec import SUBNET_PREFIX
 
 
 def config_text(run_path: Path, addresses: dict[str, str]) -> str:
@@ -23,7 +24,7 @@ def config_text(run_path: Path, addresses: dict[str, str]) -> str:
     for name, ip in addresses.items():
         lines += [f"Host {name}", f"  HostName {ip}", ""]
     lines += [
-        "Host 10.200.0.* " + " ".join(addresses),
+        f"Host {SUBNET_PREFIX}* " + " ".join(addresses),
         "  User root",
         f"  IdentityFile {run_path / 'id_ed25519'}",
         "  IdentitiesOnly yes",

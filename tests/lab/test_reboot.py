@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+from gpuprov_lab import services
 from gpuprov_lab.packages import DRIVER_PACKAGES
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_fresh]
@@ -50,7 +51,7 @@ def test_reboot_clears_gpu_instances_and_keeps_mig_mode(lab):
     lab.run(HOST, f"cat > /tmp/rb/key/lab.asc <<'EOF'\n{key}EOF")
     lab.run(
         HOST,
-        "printf 'Types: deb\\nURIs: http://10.200.0.1:13180/non-free/\\nSuites: /\\n"
+        f"printf 'Types: deb\\nURIs: {services.repo_url('non-free')}\\nSuites: /\\n"
         "Signed-By: /tmp/rb/key/lab.asc\\n' > /tmp/rb/sources/lab.sources",
     )
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from gpuprov_lab import services
 from gpuprov_lab.packages import DRIVER_PACKAGES
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_fresh]
@@ -25,9 +26,7 @@ SIM_PY = (
 
 def source(host_key: str) -> str:
     """A deb822 source for the lab's driver repository, as the deploy writes it."""
-    return (
-        f"Types: deb\nURIs: http://10.200.0.1:13180/non-free/\nSuites: /\nSigned-By: {host_key}\n"
-    )
+    return f"Types: deb\nURIs: {services.repo_url('non-free')}\nSuites: /\nSigned-By: {host_key}\n"
 
 
 def prepare(lab, host: str, d: str, key_on_host: str) -> None:
