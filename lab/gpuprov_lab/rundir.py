@@ -139,16 +139,16 @@ class RunDir:
 
 def prune_cache(prefix: str, keep: Path) -> None:
     """Delete the cached builds named ``<prefix>*`` other than ``keep`` (and their logs), except
-    one that a mount uses.
+    one that a running lab uses.
 
-    Called right after a new build. A build may still be in use then: a base is the lower
-    directory of every host overlay of a running lab, and a base is also built outside the lab
-    lock (tests/test_kubelet_in_container.py boots a host of its own), so deleting it would pull
-    the files from under that lab's hosts.
+    Called right after a new build. Another build may still be in use then, by a lab of
+    another slot or checkout: a base is the lower directory of every host overlay of a running
+    lab (a mount), and a repository is the directory its HTTP server serves (a process's
+    argument), so deleting either pulls the files from under that lab.
     """
-    in_use = Path("/proc/mounts").read_text()
+    in_use = Path("/proc/mounts").read_text() + "\n" + _process_arguments()
     for path in CACHE.glob(prefix + "*"):
-        if re.search(re.escape(str(path)) + r"[,:/\s]", in_use):
+        if re.search(re.escape(str(path)) + r"([,:/\s\0]|$)", in_use, re.MULTILINE):
             continue
         if path.suffix == ".lock":  # another build may hold it (base.ensure)
             continue
@@ -157,6 +157,18 @@ def prune_cache(prefix: str, keep: Path) -> None:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+
+
+def _process_arguments() -> str:
+    """Every process's command line, one per line (arguments NUL-separated)."""
+    lines = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                lines.append((proc / "cmdline").read_bytes().decode(errors="replace"))
+            except OSError:  # ended meanwhile
+                continue
+    return "\n".join(lines)
 
 
 @contextmanager
