@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from gpuprov_lab import hosts, network, procs
 from gpuprov_lab.controlplane import API_PORT
 from gpuprov_lab.kubelet_unit import KUBELET
 from gpuprov_lab.plugin_service import PLUGIN
+from gpuprov_lab.spec import GATEWAY
 
 pytestmark = pytest.mark.lab
 
@@ -80,7 +82,7 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
 
     assert [p for p in pids if p is not None and _running(p)] == []
     assert [p for p in node_parts if _running(p)] == []
-    assert API_PORT not in _listening_ports()  # the API server's port is free again
+    assert API_PORT not in _listening_ports(GATEWAY)  # the API server's port is free again
     assert hosts.mounts_under(run.path) == []
     assert network.leftover_namespaces() == [] and network.leftover_veths() == []
     assert not network.bridge_exists()
@@ -90,14 +92,21 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     assert json.loads(gpuprov(lab, "status", "--format", "json").stdout)["state"] == "down"
 
 
-def _listening_ports() -> set[int]:
-    """The TCP ports something listens on in this network namespace (IPv4 and IPv6)."""
+def _listening_ports(address: str) -> set[int]:
+    """The TCP ports something listens on at ``address`` (or on every address) in this network
+    namespace; a lab of another slot listens on its own gateway address."""
+    packed = socket.inet_aton(address)[::-1].hex().upper()  # /proc/net/tcp: little-endian hex
     ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A":  # LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, port = fields[1].split(":")
+        if fields[3] == "0A" and local in (packed, "00000000"):  # LISTEN
+            ports.add(int(port, 16))
+    for line in Path("/proc/net/tcp6").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, port = fields[1].rsplit(":", 1)
+        if fields[3] == "0A" and set(local) == {"0"}:  # LISTEN on every address
+            ports.add(int(port, 16))
     return ports
 
 
