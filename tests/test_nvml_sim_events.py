@@ -1,9 +1,9 @@
 """NVML events of the simulated C driver: XIDs raised by one process reach the event sets other
 processes wait on, as the device plugins' health checks need.
 
-NVIDIA's plugin (internal/rm/health.go), HAMi's (nvinternal/rm/health.go) and Volcano's register
-XidCriticalError | DoubleBitEccError | SingleBitEccError masked by nvmlDeviceGetSupportedEventTypes
-on each GPU, then loop on ``nvmlEventSetWait_v2(set, 5000)``: NVML_ERROR_TIMEOUT means "nothing
+NVIDIA's plugin (internal/rm/health.go), HAMi's (nvinternal/rm/health.go) and Volcano's
+(pkg/plugin/vgpu/nvidia.go, checkHealth) register XidCriticalError | DoubleBitEccError |
+SingleBitEccError masked by nvmlDeviceGetSupportedEventTypes on each GPU, then loop on ``nvmlEventSetWait_v2(set, 5000)``: NVML_ERROR_TIMEOUT means "nothing
 happened", any other error marks every device unhealthy, and an XidCriticalError outside their
 ignored list marks the GPU whose UUID ``event.device`` has (for MIG devices, the one whose GI and
 CI ids the event carries). The last tests run NVIDIA's release binary with its health checks on.
