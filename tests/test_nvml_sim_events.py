@@ -16,12 +16,11 @@ import ctypes
 import importlib.util
 import json
 import os
-import queue
+import select
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,20 +66,18 @@ def _watching(*indices, types=XID):
     return event_set
 
 
-def _inject_later(path: str, *argv: str, delay: float = 0.3) -> tuple[threading.Thread, list]:
-    """``gpuprov-sim ARGV`` in another process, ``delay`` seconds from now; the list gets the
-    monotonic time at which it had finished."""
-    command = [str(programs()["gpuprov-sim"]), "--state", path, *argv]
-    done: list[float] = []
+def _inject_later(path: str, *argv: str, delay: float = 0.3) -> subprocess.Popen:
+    """``gpuprov-sim ARGV`` in another process, ``delay`` seconds from now.
 
-    def run():
-        time.sleep(delay)
-        subprocess.run(command, check=True, timeout=60)
-        done.append(time.monotonic())
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, done
+    A process, not a thread: gpuprov.verify monkey-patches threads into greenlets (gevent), and
+    a greenlet would not run while this process waits inside the C library."""
+    return subprocess.Popen(
+        ["sh", "-c", f'sleep {delay}; exec "$0" "$@"', str(programs()["gpuprov-sim"]),
+         "--state", path, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
 
 
 def test_every_gpu_supports_the_events_the_plugins_ask_for(host):
@@ -111,11 +108,15 @@ def test_a_wait_with_nothing_to_report_times_out_after_its_timeout_at_no_cpu_cos
 
 def test_an_xid_injected_by_another_process_wakes_the_waiting_set(host):
     event_set = _watching(0, 1)
-    injector, done = _inject_later(host, "inject", "xid", "79", "--gpu", "1")
-    event = pynvml.nvmlEventSetWait_v2(event_set, 60000)
-    woken = time.monotonic()
-    injector.join()
-    assert woken - done[0] < 5, woken - done[0]  # woken by the change, not by the timeout
+    started = time.monotonic()
+    injector = _inject_later(host, "inject", "xid", "79", "--gpu", "1")
+    try:
+        event = pynvml.nvmlEventSetWait_v2(event_set, 60000)
+    finally:
+        waited = time.monotonic() - started
+        _, err = injector.communicate(timeout=60)
+    assert injector.returncode == 0, err
+    assert waited < 30, waited  # woken by the event, long before its 60 s timeout
     assert pynvml.nvmlDeviceGetIndex(event.device) == 1
     assert pynvml.nvmlDeviceGetUUID(event.device) == pynvml.nvmlDeviceGetUUID(_device(1))
     assert (event.eventType, event.eventData) == (XID, 79)
@@ -244,12 +245,40 @@ def api(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("deviceplugin-api")
 
 
+class Lines:
+    """The lines a child process prints, read as they come with a timeout, in this thread
+    (threads may be greenlets here: gpuprov.verify monkey-patches them)."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.fd = process.stdout.fileno()
+        self.buffer = b""
+
+    def next(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+    def empty(self, timeout: float = 0) -> bool:
+        """Nothing more within ``timeout`` seconds (what came is kept for ``next``)."""
+        if b"\n" not in self.buffer and select.select([self.fd], [], [], timeout)[0]:
+            self.buffer += os.read(self.fd, 65536)
+        return b"\n" not in self.buffer
+
+
 @contextlib.contextmanager
 def watched_plugin(
     tmp_path: Path, plugin: Path, api: Path, state: str, config: str
-) -> Iterator[tuple[queue.Queue, Path, Path]]:
+) -> Iterator[tuple[Lines, Path, Path]]:
     """The plugin with its health checks on, registered with a kubelet that follows
-    ListAndWatch; yields the queue of its answers, the plugin's log and the NVML call trace."""
+    ListAndWatch; yields its answers (lines), the plugin's log and the NVML call trace."""
     sockets, log, trace = tmp_path / "device-plugins", tmp_path / "plugin.log", tmp_path / "trace"
     sockets.mkdir()
     (tmp_path / "config.yaml").write_text(config)
@@ -261,12 +290,7 @@ def watched_plugin(
         text=True,
         start_new_session=True,
     )
-    answers: queue.Queue = queue.Queue()
-
-    def read():
-        for line in kubelet.stdout:
-            answers.put(line)
-
+    answers = Lines(kubelet)
     env = preload.environment(
         base={
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -281,8 +305,7 @@ def watched_plugin(
     running = None
     try:
         _wait_for(sockets / "kubelet.sock", kubelet)
-        threading.Thread(target=read, daemon=True).start()
-        assert answers.get(timeout=30) == "ready\n"
+        assert answers.next(30) == "ready"
         with log.open("wb") as out:
             running = subprocess.Popen(
                 ["unshare", "--mount", "--propagation", "private", "sh", "-c", SANDBOX],
@@ -301,13 +324,11 @@ def watched_plugin(
             process.wait(timeout=10)
 
 
-def _next_answer(answers: queue.Queue, log: Path, timeout: float) -> dict[str, str]:
-    try:
-        return json.loads(answers.get(timeout=timeout))["devices"]
-    except queue.Empty:
-        raise AssertionError(
-            f"no ListAndWatch answer; plugin log:\n{log.read_text()[-3000:]}"
-        ) from None
+def _next_answer(answers: Lines, log: Path, timeout: float) -> dict[str, str]:
+    line = answers.next(timeout)
+    if line is None:
+        raise AssertionError(f"no ListAndWatch answer; plugin log:\n{log.read_text()[-3000:]}")
+    return json.loads(line)["devices"]
 
 
 def _calls(trace: Path, line: str) -> int:
@@ -338,8 +359,7 @@ def test_the_device_plugin_stays_healthy_until_a_critical_xid_marks_that_gpus_de
         # XID 13 is an application error the plugin ignores: delivered, and nothing changes.
         hardware.xid(0, 13)
         assert _until(lambda: _calls(trace, "nvmlEventSetWait_v2 0") == 1, 10)
-        time.sleep(1)
-        assert answers.empty()
+        assert answers.empty(timeout=1)
         hardware.xid(1, 79)
         assert _next_answer(answers, log, 15) == {uuids[0]: "Healthy", uuids[1]: "Unhealthy"}
     text = log.read_text()
