@@ -18,9 +18,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pynvml
-
-from gpuprov.contract import SIM_ENV
-from gpuprov.sim.libnvml import build, preload
+from gpuprov.host.contract import SIM_ENV
+from gpuprov_lab.sim.libnvml import build, preload
 
 WHOLE_GPU = 0xFFFFFFFF  # GPUPROV_SIM_WHOLE_GPU: an XID of the GPU, not of a MIG instance
 

@@ -1,7 +1,7 @@
 """The simulated C library answers exactly what the Python simulator answers, call for call.
 
 Both are driven through the same nvidia-ml-py wrappers: once with ``pynvml.nvmlLib`` set to the
-Python simulator (``gpuprov.sim.install``), once with it set to the compiled
+Python simulator (``gpuprov_lab.sim.install``), once with it set to the compiled
 ``libnvidia-ml.so.1`` loaded by ctypes. Every function the C library serves is called on every
 GPU, GPU instance, compute instance and MIG device of each simulated host, plus the handles,
 ids, profile numbers and buffer sizes that must fail; the two transcripts must be equal.
@@ -20,12 +20,11 @@ from pathlib import Path
 
 import pynvml
 import pytest
+from gpuprov.host.contract import SIM_ENV, SIM_TRACE_ENV
+from gpuprov_lab.sim import admin, install
+from gpuprov_lab.sim.libnvml import build
 from simulated import carve, edit, isolate_pynvml, new_host
 from upstream import upstream_binary
-
-from gpuprov.contract import SIM_ENV, SIM_TRACE_ENV
-from gpuprov.sim import admin, install
-from gpuprov.sim.libnvml import build
 
 SERVED = re.compile(r"SERVED\((nvml\w+),")
 SOURCE = Path(build.__file__).parent
@@ -414,7 +413,7 @@ def test_a_missing_state_file_is_a_missing_library_for_both(tmp_path, library, m
 CONCURRENT_READERS = """
 import ctypes, sys, threading
 from concurrent.futures import ThreadPoolExecutor
-from gpuprov.sim import state
+from gpuprov_lab.sim import state
 
 library, path = sys.argv[1:]
 lib = ctypes.CDLL(library)
@@ -493,7 +492,7 @@ def test_every_unserved_function_answers_not_supported_and_is_traced(
 
 
 def test_the_python_simulator_serves_every_function_the_c_library_serves():
-    from gpuprov.sim.nvml import FUNCTIONS
+    from gpuprov_lab.sim.nvml import FUNCTIONS
 
     aliases = {"nvmlInit", "nvmlInit_v2", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex"}
     # The event API is the C library's alone (tests/test_nvml_sim_events.py).
@@ -524,7 +523,7 @@ def test_every_nvml_symbol_the_device_plugin_links_is_defined(library, plugin_sy
 
 ROUTING = """
 import pynvml
-from gpuprov.probe import init_nvml
+from gpuprov.host.agent.probe import init_nvml
 init_nvml()
 device = pynvml.nvmlDeviceGetHandleByIndex(0)
 pynvml.nvmlDeviceSetMigMode(device, pynvml.NVML_DEVICE_MIG_ENABLE)
@@ -543,7 +542,9 @@ def test_gpuprov_uses_the_python_simulator_even_with_the_c_library_on_the_path(l
     # Without the variable pynvml finds the C library, which changes the same GPU state.
     env.pop(SIM_ENV)
     env["GPUPROV_NVML_SIM"] = path  # the C library reads the same variable...
-    bare = ROUTING.replace("from gpuprov.probe import init_nvml\ninit_nvml()", "pynvml.nvmlInit()")
+    bare = ROUTING.replace(
+        "from gpuprov.host.agent.probe import init_nvml\ninit_nvml()", "pynvml.nvmlInit()"
+    )
     out = subprocess.run(
         [sys.executable, "-c", bare], env=env, capture_output=True, text=True, timeout=60
     )

@@ -27,14 +27,13 @@ from pathlib import Path
 
 import pynvml
 import pytest
+from gpuprov.host.contract import SIM_ENV, SIM_TRACE_ENV
+from gpuprov_lab.sim.caps import mig_minors
+from gpuprov_lab.sim.libnvml import preload
 from sim_hardware import Hardware, new_host, nvml, programs
 from simulated import isolate_pynvml
 from test_device_plugin_real import SANDBOX, _wait_for
 from upstream import upstream_binary
-
-from gpuprov.contract import SIM_ENV, SIM_TRACE_ENV
-from gpuprov.sim.caps import mig_minors
-from gpuprov.sim.libnvml import preload
 
 XID = pynvml.nvmlEventTypeXidCriticalError
 HEALTH_MASK = XID | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypeSingleBitEccError
@@ -69,7 +68,7 @@ def _watching(*indices, types=XID):
 def _inject_later(path: str, *argv: str, delay: float = 0.3) -> subprocess.Popen:
     """``gpuprov-sim ARGV`` in another process, ``delay`` seconds from now.
 
-    A process, not a thread: gpuprov.verify monkey-patches threads into greenlets (gevent), and
+    A process, not a thread: gpuprov.controller.readback monkey-patches threads into greenlets (gevent), and
     a greenlet would not run while this process waits inside the C library."""
     return subprocess.Popen(
         ["sh", "-c", f'sleep {delay}; exec "$0" "$@"', str(programs()["gpuprov-sim"]),
@@ -247,7 +246,7 @@ def api(tmp_path_factory) -> Path:
 
 class Lines:
     """The lines a child process prints, read as they come with a timeout, in this thread
-    (threads may be greenlets here: gpuprov.verify monkey-patches them)."""
+    (threads may be greenlets here: gpuprov.controller.readback monkey-patches them)."""
 
     def __init__(self, process: subprocess.Popen):
         self.fd = process.stdout.fileno()

@@ -1,7 +1,7 @@
 """The simulated driver's C programs, ``nvidia-smi`` and ``gpuprov-sim``, thin over the library.
 
 Each command line of tests/test_sim_smi.py and tests/test_sim_health.py runs on two identical
-hosts, once through the Python tools (gpuprov.sim.smi, gpuprov.sim.admin) and once through the
+hosts, once through the Python tools (gpuprov_lab.sim.smi, gpuprov_lab.sim.admin) and once through the
 C programs; the exit codes, the output and the state they leave must be the same. Then the C
 code under AddressSanitizer and LeakSanitizer: no bad access, no leak, on those paths and the
 event API's.
@@ -15,13 +15,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gpuprov.host.contract import SIM_ENV
+from gpuprov_lab.sim import admin, smi, state
+from gpuprov_lab.sim.libnvml import build
 from sim_hardware import programs
 from simulated import edit, isolate_pynvml
 from simulated import new_host as python_host
-
-from gpuprov.contract import SIM_ENV
-from gpuprov.sim import admin, smi, state
-from gpuprov.sim.libnvml import build
 
 HERE = Path(__file__).parent
 

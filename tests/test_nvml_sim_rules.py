@@ -18,14 +18,13 @@ import sys
 
 import pynvml
 import pytest
+from gpuprov.host.contract import SIM_ENV
+from gpuprov_lab.sim import install, state
+from gpuprov_lab.sim.libnvml import build
 from sim_hardware import Hardware, SimError, library, new_host, nvml
 from simulated import edit, isolate_pynvml
 from simulated import new_host as python_host
 from test_libnvml_parity import Transcript
-
-from gpuprov.contract import SIM_ENV
-from gpuprov.sim import install, state
-from gpuprov.sim.libnvml import build
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +65,7 @@ def test_pynvml_loads_the_simulated_library_itself(a100):
 
 
 def test_the_hosts_gpus_are_the_python_simulators_gpus(tmp_path):
-    """Same model, count and seed: the same UUIDs and bus ids as gpuprov.sim.state.new_state."""
+    """Same model, count and seed: the same UUIDs and bus ids as gpuprov_lab.sim.state.new_state."""
     path = new_host(tmp_path, "H100-80GB", 3, seed="gpu-node-1")
     with open(path) as f:
         assert json.load(f) == state.new_state("H100-80GB", 3, seed="gpu-node-1")
@@ -382,8 +381,8 @@ def test_a_fault_the_driver_cannot_raise_is_refused(tmp_path, function, error, m
 CHURN = """
 import ctypes, sys
 import pynvml
-from gpuprov.sim import install
-from gpuprov.sim.libnvml import preload
+from gpuprov_lab.sim import install
+from gpuprov_lab.sim.libnvml import preload
 
 path, index, rounds, writer = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 if writer == "python":

@@ -1,4 +1,4 @@
-/* The gpuprovSim* API (gpuprov_sim.h): the rules of gpuprov/sim/admin.py, state.py and
+/* The gpuprovSim* API (gpuprov_sim.h): the rules of lab/gpuprov_lab/sim/admin.py, state.py and
  * kernel_log.py, over the same state file and the same kernel log. */
 #include "gpuprov_sim.h"
 
@@ -380,7 +380,7 @@ GPUPROV_SIM_API int gpuprovSimSetFault(const char *path, const char *function,
 
 /* -- health ----------------------------------------------------------------------------------- */
 
-/* The driver's line for XID `code` (gpuprov.health.xid.line): "NVRM: Xid (PCI:0000:07:00): 79,
+/* The driver's line for XID `code` (gpuprov.host.health.xid.line): "NVRM: Xid (PCI:0000:07:00): 79,
  * pid=0, name=, GPU has fallen off the bus". */
 static int xid_line(const struct sim_gpu *gpu, unsigned code, long pid, const char *name,
                     char *out, size_t size)

@@ -32,7 +32,7 @@ struct sim_model {
     unsigned memory_repair; /* REPAIR_ROW_REMAPPING, REPAIR_PAGE_RETIREMENT or 0 */
 };
 
-/* A catalog model by alias, then by NVML product name (gpuprov.catalog.find_model); NULL. */
+/* A catalog model by alias, then by NVML product name (gpuprov.core.catalog.find_model); NULL. */
 const struct sim_model *catalog_model(const char *name);
 /* The aliases, comma-separated, for "known: ..." messages. */
 void catalog_aliases(char *out, size_t size);
@@ -46,7 +46,7 @@ const unsigned char *catalog_gpu_uuid_namespace(void);
 int catalog_error_code(const char *name, int *code);
 /* nvmlErrorString's text for `code`, or NULL when NVML has none. */
 const char *catalog_error_text(int code);
-/* What XID `code` means (gpuprov.health.xid.meaning), for the kernel log line. */
+/* What XID `code` means (gpuprov.host.health.xid.meaning), for the kernel log line. */
 const char *catalog_xid_meaning(unsigned code);
 /* Whether `function` is one a fault can make fail: a function this library serves. */
 int catalog_faultable(const char *function);

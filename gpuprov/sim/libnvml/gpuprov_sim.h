@@ -24,7 +24,7 @@ GPUPROV_SIM_API const char *gpuprovSimStatePath(const char *path);
 
 /* A freshly booted host: `count` GPUs of catalog `model`, no instances, driver loaded at
  * `driver_version` (NULL: the default); GPU i booted with MIG on when bit i of `mig_at_boot` is
- * set. UUIDs and PCI bus ids follow from `seed` and the index alone (gpuprov.sim.state). */
+ * set. UUIDs and PCI bus ids follow from `seed` and the index alone (gpuprov_lab.sim.state). */
 GPUPROV_SIM_API int gpuprovSimCreate(const char *path, const char *model, int count,
                                      const char *seed, const char *driver_version,
                                      unsigned long long mig_at_boot);

@@ -8,7 +8,7 @@
  *   nvidia-smi mig -cgi 9:4,14 -C -i 0
  *   nvidia-smi mig -lgi | -lci | -lgip | -lgipp | -dci [-ci IDS] | -dgi [-gi IDS]
  *
- * Output follows the real tool's shapes, as gpuprov/sim/smi.py documents with its sources (-L:
+ * Output follows the real tool's shapes, as lab/gpuprov_lab/sim/smi.py documents with its sources (-L:
  * DataDog/datadog-agent#33120; -lgip: NVIDIA/mig-parted#97, #187; -lgipp: the NVIDIA H100 NVL
  * MIG blog; -lgi: NVIDIA/DCGM#138; -lci, -dci, -dgi: NVIDIA/go-nvml#146; -cgi, -cci:
  * rapidsai/dask-cuda#583; -mig: NVIDIA/gpu-operator#118; -r: NVIDIA/NVSentinel#1690,

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpuprov.sim.libnvml import build
+from gpuprov_lab.sim.libnvml import build
 
 # A symbol only the simulated library has: the object behind the soname is ours.
 _OURS = "gpuprovSimLastError"

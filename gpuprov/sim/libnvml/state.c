@@ -1,6 +1,6 @@
 /* The state file: parse, validate, write, lock, and the reset rules; see state.h.
  *
- * Validation follows gpuprov/sim/state.py (_problem): every key the simulation reads must be
+ * Validation follows lab/gpuprov_lab/sim/state.py (_problem): every key the simulation reads must be
  * there with its type, and the first thing wrong is one message naming the key. Keys outside the
  * schema are not kept when this library rewrites the file.
  */
@@ -208,7 +208,7 @@ static int read_health(struct reader *r, const struct json_node *node, unsigned 
                        "gpus[%u].health must be {ecc: {corrected, uncorrected}: {volatile, "
                        "aggregate}, remapped_rows: {corrected, uncorrected, pending, failure}, "
                        "retired_pages: {single_bit, double_bit, pending}} (see "
-                       "gpuprov.sim.state.new_health)",
+                       "gpuprov_lab.sim.state.new_health)",
                        position);
     return 1;
 }
@@ -697,7 +697,7 @@ static int on_path(const char *program)
     return 0;
 }
 
-/* gpuprov.sim.state.unit_active: without a running systemd a listed unit counts as active, so
+/* gpuprov_lab.sim.state.unit_active: without a running systemd a listed unit counts as active, so
  * the rule is the same in containers and on CI machines without systemd. */
 static int unit_active(const char *unit)
 {

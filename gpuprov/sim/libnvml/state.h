@@ -4,7 +4,7 @@
  * Readers read without a lock: writers replace the file atomically (a temp file in the same
  * directory, renamed over it), so a read is a consistent snapshot. A change is a read-modify-write
  * under an exclusive flock on "<state>.lock", the same lock the Python writers
- * (gpuprov/sim/state.py) take, so both kinds of writer interoperate.
+ * (lab/gpuprov_lab/sim/state.py) take, so both kinds of writer interoperate.
  *
  *   char problem[512];
  *   int lock = state_lock(path, problem, sizeof(problem));
@@ -46,7 +46,7 @@ struct sim_gi {
 struct sim_page {
     unsigned long long address, timestamp;
 };
-/* A GPU's memory error state (gpuprov.sim.state.new_health); all zero when the file has none. */
+/* A GPU's memory error state (gpuprov_lab.sim.state.new_health); all zero when the file has none. */
 struct sim_health {
     struct sim_count ecc[2][2]; /* [corrected, uncorrected][volatile, aggregate] */
     struct sim_count remap_corrected, remap_uncorrected;
@@ -104,10 +104,10 @@ void state_unlock(int lock);
 int state_driver_version_valid(const char *text);
 /* Whether fault `f` has fired: it has let its `successes` calls through. */
 int fault_fired(const struct sim_fault *f);
-/* A GPU reset's effect (gpuprov.sim.state._reset): pending MIG mode current, instances gone,
+/* A GPU reset's effect (gpuprov_lab.sim.state._reset): pending MIG mode current, instances gone,
  * pending row remappings active, volatile ECC counts cleared. */
 void state_reset_gpu(struct sim_gpu *gpu);
-/* A host reboot's effect (gpuprov.sim.state.reboot): every GPU reset, processes gone, pending
+/* A host reboot's effect (gpuprov_lab.sim.state.reboot): every GPU reset, processes gone, pending
  * retired pages retired. */
 void state_reboot(struct sim_state *state);
 /* Who holds `gpu` open: 1 when busy or an active systemd unit in held_by; the first holder's
