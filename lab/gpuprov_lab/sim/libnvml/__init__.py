@@ -1,10 +1,13 @@
 """The simulated driver's C library: ``libnvidia-ml.so.1`` for programs that load NVML themselves.
 
-NVIDIA's device plugin (Go) and other C consumers dlopen ``libnvidia-ml.so.1``; in the lab that
-is this library, compiled from ``nvml_sim.c`` by ``build.library()``. It answers the read-only
-NVML calls from the same state file and with the same rules as ``gpuprov_lab.sim.nvml`` (which
-pynvml uses in gpuprov's own processes); ``tests/test_libnvml_parity.py`` proves the answers
-equal. docs/nvml-sim.md lists what it serves.
+NVIDIA's device plugin (Go), HAMi's and Volcano's, pynvml and other C consumers dlopen
+``libnvidia-ml.so.1``; in the lab that is this library, compiled with its programs
+(``nvidia-smi``, ``gpuprov-sim``) by ``build.build()``. It answers NVML from the state file,
+reading and changing it with the same rules as ``gpuprov_lab.sim.nvml``
+(``tests/test_libnvml_parity.py``, ``tests/test_nvml_sim_rules.py``), delivers XIDs as NVML events
+(``tests/test_nvml_sim_events.py``), and exports the simulated hardware's switches (the
+gpuprovSim* API, ``gpuprov_sim.h``). ``preload`` points a process's pynvml at it. docs/nvml-sim.md
+lists what it serves.
 
 >>> from gpuprov_lab.sim.libnvml import build
 >>> build.library().name   # doctest: +SKIP

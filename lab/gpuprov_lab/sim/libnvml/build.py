@@ -1,14 +1,17 @@
-"""Compile the simulated ``libnvidia-ml.so.1`` with the machine's C compiler, once per source.
+"""Compile the simulated driver (library and programs) with the machine's C compiler, once.
 
-The C sources hold the rules; the data comes from gpuprov: ``sim_data.h`` is generated here from
-the catalog (models, MIG profiles, placements), pynvml (struct versions, profile counts, error
-names) and ``gpuprov_lab.sim.nvml`` (handle layout, MIG UUID namespace, CI slices, error strings).
-The library is cached under ``/var/tmp/gpuprov-libnvml-<hash>/``, keyed by the hash of the
-sources, the generated header, the flags and the compiler's version, so an unchanged tree
-compiles nothing.
+The library is ``libnvidia-ml.so.1``; the two programs over it are ``nvidia-smi`` and
+``gpuprov-sim``. The C sources hold the rules; the data comes from gpuprov: ``sim_consts.h`` and ``sim_data.h``
+are generated here from the catalog (models, MIG profiles, placements), pynvml (struct versions,
+profile counts, error names), ``gpuprov.host.health.xid`` (what each XID means) and
+``gpuprov_lab.sim.nvml`` (handle layout, MIG UUID namespace, CI slices, error strings). The files
+are cached under ``/var/tmp/gpuprov-libnvml-<hash>/``, keyed by the hash of the sources, the
+generated headers, the flags and the compiler's version, so an unchanged tree compiles nothing.
+The programs find the library beside them (run path ``$ORIGIN``) or where the system keeps it,
+as the real ``nvidia-smi`` finds the driver's.
 
->>> path = library()                                       # doctest: +SKIP
->>> path.name, path.parent.name.startswith("gpuprov-libnvml-")  # doctest: +SKIP
+>>> built = build()                                        # doctest: +SKIP
+>>> built.library.name, built.programs["nvidia-smi"].parent == built.library.parent  # doctest: +SKIP
 ('libnvidia-ml.so.1', True)
 """
 
@@ -16,75 +19,118 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import pynvml
 
 from gpuprov.core import catalog
-from gpuprov.host.contract import SIM_ENV, SIM_SCHEMA, SIM_STATE_PATH, SIM_TRACE_ENV
+from gpuprov.host.contract import (
+    SIM_ENV,
+    SIM_KERNEL_LOG_NAME,
+    SIM_SCHEMA,
+    SIM_STATE_PATH,
+    SIM_TRACE_ENV,
+)
+from gpuprov.host.health import xid
 from gpuprov_lab.sim import nvml
+from gpuprov_lab.sim import state as sim_state
 
 LIBRARY = "libnvidia-ml.so.1"
 # The catalog's memory_repair as the C model table numbers it (0: not recorded).
 MEMORY_REPAIR = {"row-remapping": 1, "page-retirement": 2}
-SOURCES = ("nvml_sim.c", "json.c", "uuid5.c")
-HEADERS = ("json.h", "uuid5.h", "unsupported.h")
-CACHE = Path("/var/tmp")
-CFLAGS = (
-    "-std=c11", "-D_GNU_SOURCE", "-O2", "-s", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-    "-fvisibility=hidden", f"-Wl,-soname,{LIBRARY}",
+SOURCES = ("nvml_sim.c", "json.c", "uuid5.c", "state.c", "catalog.c", "events.c", "admin.c")
+HEADERS = (
+    "json.h", "uuid5.h", "unsupported.h", "nvml_abi.h", "catalog.h", "state.h", "events.h",
+    "gpuprov_sim.h",
 )  # fmt: skip
+# program name -> its source; each links the library (and only it, beyond libc).
+PROGRAMS = {"nvidia-smi": "nvidia_smi.c", "gpuprov-sim": "gpuprov_sim.c"}
+CACHE = Path("/var/tmp")
+WARNINGS = ("-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-pthread")
+RELEASE = ("-O2", "-s")
+LIBRARY_FLAGS = ("-fPIC", "-shared", "-fvisibility=hidden", f"-Wl,-soname,{LIBRARY}")
+PROGRAM_FLAGS = ("-L.", f"-l:{LIBRARY}", "-Wl,-rpath,$ORIGIN")
+# The functions faults can make fail: the names the library serves under (SERVED's second
+# argument), and the init all three nvmlInit* share.
+_SERVED_AS = re.compile(r"SERVED\(\w+, (nvml\w+),")
 
 
 class BuildError(Exception):
     """No C compiler, or the sources did not compile (the message has the compiler's output)."""
 
 
+@dataclass(frozen=True)
+class Built:
+    """The compiled library and programs, all in one cache directory."""
+
+    library: Path
+    programs: dict[str, Path]
+
+
 def library(cache: Path = CACHE, compiler: str | None = None) -> Path:
     """The compiled library for the current sources, compiled first if the cache lacks it."""
+    return build(cache, compiler).library
+
+
+def build(
+    cache: Path = CACHE, compiler: str | None = None, flags: tuple[str, ...] = RELEASE
+) -> Built:
+    """The library and the programs, compiled with ``flags`` (e.g. sanitizers) if not cached."""
     cc = compiler or os.environ.get("CC") or "cc"
     if shutil.which(cc) is None:
         raise BuildError(f"no C compiler {cc!r} on PATH (install gcc, or set CC)")
-    data = sim_data_header().encode()
+    generated = {"sim_consts.h": sim_consts_header(), "sim_data.h": sim_data_header()}
     version = subprocess.run([cc, "--version"], capture_output=True, check=False).stdout
-    digest = hashlib.sha256(data + version + " ".join(CFLAGS).encode())
-    for name in SOURCES + HEADERS:
+    digest = hashlib.sha256(version + " ".join(WARNINGS + flags).encode())
+    sources = (*SOURCES, *HEADERS, *PROGRAMS.values())
+    for name in sources:
         digest.update(name.encode() + b"\0" + _source(name))
-    target = cache / f"gpuprov-libnvml-{digest.hexdigest()[:16]}" / LIBRARY
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as work:
-        for name in SOURCES + HEADERS:
+    for name, text in generated.items():
+        digest.update(name.encode() + b"\0" + text.encode())
+    directory = cache / f"gpuprov-libnvml-{digest.hexdigest()[:16]}"
+    built = Built(directory / LIBRARY, {name: directory / name for name in PROGRAMS})
+    if all(path.is_file() for path in (built.library, *built.programs.values())):
+        return built
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as work:
+        for name in sources:
             Path(work, name).write_bytes(_source(name))
-        Path(work, "sim_data.h").write_bytes(data)
-        built = Path(work, LIBRARY)
-        result = subprocess.run(
-            [cc, *CFLAGS, "-o", str(built), *SOURCES],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise BuildError(f"{cc} failed to build {LIBRARY}:\n{result.stderr.strip()}")
-        built.chmod(0o644)
-        os.replace(built, target)  # atomic: a concurrent build of the same hash is harmless
-    return target
+        for name, text in generated.items():
+            Path(work, name).write_text(text)
+        _compile(cc, work, [*WARNINGS, *flags, *LIBRARY_FLAGS, "-o", LIBRARY, *SOURCES])
+        for name, source in PROGRAMS.items():
+            _compile(cc, work, [*WARNINGS, *flags, "-o", name, source, *PROGRAM_FLAGS])
+        # Atomic, the library first: a concurrent build of the same hash is harmless, and a
+        # complete set of files is only ever seen complete.
+        for target in (built.library, *built.programs.values()):
+            made = Path(work, target.name)
+            made.chmod(0o644 if target == built.library else 0o755)
+            os.replace(made, target)
+    return built
 
 
-def sim_data_header() -> str:
-    """The C header of everything the library takes from gpuprov and pynvml."""
+def _compile(cc: str, work: str, arguments: list[str]) -> None:
+    result = subprocess.run([cc, *arguments], cwd=work, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"{cc} failed to build {arguments}:\n{result.stderr.strip()}")
+
+
+def sim_consts_header() -> str:
+    """The constants the C sources take from gpuprov and pynvml (#defines only)."""
     lines = [
         "/* Generated by lab/gpuprov_lab/sim/libnvml/build.py: do not edit. */",
         f"#define SIM_SCHEMA {_c(SIM_SCHEMA)}",
         f"#define SIM_ENV {_c(SIM_ENV)}",
         f"#define SIM_TRACE_ENV {_c(SIM_TRACE_ENV)}",
         f"#define SIM_STATE_PATH {_c(SIM_STATE_PATH)}",
+        f"#define SIM_KERNEL_LOG_NAME {_c(SIM_KERNEL_LOG_NAME)}",
+        f"#define DEFAULT_DRIVER_VERSION {_c(sim_state.DEFAULT_DRIVER_VERSION)}",
         f"#define HANDLE_TAG {nvml.HANDLE_TAG:#x}ULL",
         f"#define KIND_DEVICE {nvml.KIND_DEVICE}",
         f"#define KIND_GPU_INSTANCE {nvml.KIND_GPU_INSTANCE}",
@@ -101,13 +147,33 @@ def sim_data_header() -> str:
         f"#define MEMORY_LOCATION_DRAM {pynvml.NVML_MEMORY_LOCATION_DRAM}",
         f"#define REPAIR_ROW_REMAPPING {MEMORY_REPAIR['row-remapping']}",
         f"#define REPAIR_PAGE_RETIREMENT {MEMORY_REPAIR['page-retirement']}",
+        f"#define XID_UNKNOWN_MEANING {_c(xid.meaning(-1))}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def sim_data_header() -> str:
+    """The tables the C library takes from gpuprov and pynvml (included by catalog.c only)."""
+    lines = [
+        "/* Generated by lab/gpuprov_lab/sim/libnvml/build.py: do not edit. */",
         "static const unsigned char MIG_UUID_NAMESPACE[16] = {"
         + ", ".join(f"{b:#04x}" for b in nvml.MIG_UUID_NAMESPACE.bytes)
+        + "};",
+        "static const unsigned char GPU_UUID_NAMESPACE[16] = {"
+        + ", ".join(f"{b:#04x}" for b in sim_state._UUID_NAMESPACE.bytes)
         + "};",
         "static const unsigned CI_SLICES[][2] = {"
         + ", ".join(f"{{{k}, {v}}}" for k, v in sorted(nvml.CI_SLICES.items()))
         + "};",
     ]
+    # nvml_abi.h writes NVML's numbers by hand, as nvml.h does; they must be pynvml's.
+    for name in re.findall(r"\b(NVML_\w+) = \d+", _source("nvml_abi.h").decode()):
+        lines.append(f"_Static_assert({name} == {getattr(pynvml, name)}, {_c(name)});")
+    for name in ("NVML_DEVICE_MIG_ENABLE", "NVML_GPU_INSTANCE_PROFILE_COUNT"):
+        lines.append(f"_Static_assert({name} == {getattr(pynvml, name)}, {_c(name)});")
+    for name in ("XidCriticalError", "SingleBitEccError", "DoubleBitEccError"):
+        value = getattr(pynvml, f"nvmlEventType{name}")
+        lines.append(f"_Static_assert(nvmlEventType{name} == {value}, {_c(name)});")
     models = []
     for m, model in enumerate(catalog.load().models.values()):
         profiles = []
@@ -143,6 +209,12 @@ def sim_data_header() -> str:
         for name, code in sorted(errors.items(), key=lambda item: (item[1], item[0]))
     ]
     lines.append(f"static const struct sim_error ERRORS[] = {{{', '.join(rows)}}};")
+    meanings = ", ".join(f"{{{code}, {_c(text)}}}" for code, text in sorted(xid.MEANINGS.items()))
+    lines.append(f"static const struct sim_xid XIDS[] = {{{meanings}}};")
+    served = sorted({"nvmlInitWithFlags", *_SERVED_AS.findall(_source("nvml_sim.c").decode())})
+    lines.append(
+        f"static const char *const FAULTABLE[] = {{{', '.join(_c(name) for name in served)}}};"
+    )
     return "\n".join(lines) + "\n"
 
 

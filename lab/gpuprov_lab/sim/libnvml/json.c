@@ -1,10 +1,12 @@
-/* A small JSON reader (RFC 8259) for the simulated driver's state file; see json.h.
+/* A small JSON reader and writer (RFC 8259) for the simulated driver's state file; see json.h.
  *
- * The state file is written by Python's json.dump, so only what that produces must be read well;
- * anything malformed makes json_parse return NULL rather than guess.
+ * The state file is written by Python's json.dump or by json_* below, so only what those produce
+ * must be read well; anything malformed makes json_parse return NULL rather than guess.
  */
 #include "json.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,14 +198,17 @@ static struct json_node *container(struct parser *p, enum json_type type, char c
 static struct json_node *number(struct parser *p)
 {
     /* The copy is NUL-terminated, so strtod stops at the text's end at the latest. */
-    char *stop;
+    char *stop, *start = p->at;
     double n = strtod(p->at, &stop);
     if (stop == p->at)
         return NULL;
     p->at = stop;
     struct json_node *node = new_node(p, JSON_NUMBER);
-    if (node != NULL)
+    if (node != NULL) {
         node->number = n;
+        node->lexeme = start;
+        node->lexeme_length = (size_t)(stop - start);
+    }
     return node;
 }
 
@@ -269,3 +274,183 @@ void json_free(struct json_arena *arena)
     free(arena->text);
     arena->text = NULL;
 }
+
+int json_count(const struct json_node *node, unsigned long long *out, int *saturated)
+{
+    unsigned long long value = 0;
+    int over = 0;
+    if (node == NULL || node->type != JSON_NUMBER || node->lexeme_length == 0 ||
+        (node->lexeme_length > 1 && node->lexeme[0] == '0'))
+        return 0;
+    for (size_t i = 0; i < node->lexeme_length; i++) {
+        unsigned digit = (unsigned)(node->lexeme[i] - '0');
+        if (digit > 9)
+            return 0;
+        if (value > (ULLONG_MAX - digit) / 10)
+            over = 1;
+        value = over ? ULLONG_MAX : value * 10 + digit;
+    }
+    *out = value;
+    if (saturated)
+        *saturated = over;
+    return 1;
+}
+
+/* -- the writer ------------------------------------------------------------------------------ */
+
+static void put(struct json_writer *w, const char *text, size_t n)
+{
+    if (w->failed)
+        return;
+    if (w->length + n + 1 > w->capacity) {
+        size_t capacity = w->capacity ? w->capacity : 4096;
+        while (w->length + n + 1 > capacity)
+            capacity *= 2;
+        char *grown = realloc(w->text, capacity);
+        if (grown == NULL) {
+            w->failed = 1;
+            return;
+        }
+        w->text = grown;
+        w->capacity = capacity;
+    }
+    memcpy(w->text + w->length, text, n);
+    w->length += n;
+    w->text[w->length] = '\0';
+}
+
+static void newline(struct json_writer *w)
+{
+    put(w, "\n", 1);
+    for (int i = 0; i < w->depth; i++)
+        put(w, "  ", 2);
+}
+
+/* Before a member or element: the separator and the indentation json.dump(indent=2) writes. */
+static void next(struct json_writer *w)
+{
+    if (w->depth <= 0)
+        return;
+    if (!w->empty[w->depth - 1])
+        put(w, ",", 1);
+    w->empty[w->depth - 1] = 0;
+    newline(w);
+}
+
+void json_begin(struct json_writer *w, char open)
+{
+    put(w, &open, 1);
+    if (w->depth == (int)(sizeof(w->empty) / sizeof(w->empty[0]))) {
+        w->failed = 1;
+        return;
+    }
+    w->empty[w->depth++] = 1;
+}
+
+void json_end(struct json_writer *w, char close)
+{
+    if (w->depth <= 0) {
+        w->failed = 1;
+        return;
+    }
+    int empty = w->empty[--w->depth];
+    if (!empty)
+        newline(w);
+    put(w, &close, 1);
+}
+
+void json_key(struct json_writer *w, const char *key)
+{
+    next(w);
+    json_string(w, key);
+    put(w, ": ", 2);
+}
+
+void json_item(struct json_writer *w) { next(w); }
+
+/* The next code point of UTF-8 text, or -1 when it is not well-formed UTF-8 (RFC 3629). */
+static long utf8_next(const unsigned char **at)
+{
+    const unsigned char *s = *at;
+    long cp;
+    int extra;
+    if (s[0] < 0x80) {
+        *at = s + 1;
+        return s[0];
+    }
+    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+        cp = s[0] & 0x1F;
+        extra = 1;
+    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+        cp = s[0] & 0x0F;
+        extra = 2;
+    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+        cp = s[0] & 0x07;
+        extra = 3;
+    } else {
+        return -1;
+    }
+    for (int i = 1; i <= extra; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return -1;
+        cp = cp << 6 | (s[i] & 0x3F);
+    }
+    if ((extra == 2 && cp < 0x800) || (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return -1;
+    *at = s + 1 + extra;
+    return cp;
+}
+
+void json_string(struct json_writer *w, const char *text)
+{
+    const unsigned char *at = (const unsigned char *)text;
+    char escaped[32];
+    put(w, "\"", 1);
+    while (*at) {
+        long cp = utf8_next(&at);
+        if (cp < 0) {
+            w->failed = 1;
+            return;
+        }
+        if (cp == '"' || cp == '\\') {
+            escaped[0] = '\\';
+            escaped[1] = (char)cp;
+            put(w, escaped, 2);
+        } else if (cp == '\n') {
+            put(w, "\\n", 2);
+        } else if (cp == '\r') {
+            put(w, "\\r", 2);
+        } else if (cp == '\t') {
+            put(w, "\\t", 2);
+        } else if (cp >= 0x20 && cp < 0x7F) {
+            escaped[0] = (char)cp;
+            put(w, escaped, 1);
+        } else if (cp < 0x10000) {
+            snprintf(escaped, sizeof(escaped), "\\u%04lx", cp);
+            put(w, escaped, 6);
+        } else {
+            long v = cp - 0x10000;
+            snprintf(escaped, sizeof(escaped), "\\u%04lx\\u%04lx", 0xD800 + (v >> 10),
+                     0xDC00 + (v & 0x3FF));
+            put(w, escaped, 12);
+        }
+    }
+    put(w, "\"", 1);
+}
+
+void json_u64(struct json_writer *w, unsigned long long value)
+{
+    char digits[24];
+    int n = snprintf(digits, sizeof(digits), "%llu", value);
+    put(w, digits, (size_t)n);
+}
+
+void json_bool(struct json_writer *w, int value)
+{
+    put(w, value ? "true" : "false", value ? 4 : 5);
+}
+
+void json_null(struct json_writer *w) { put(w, "null", 4); }
+
+void json_raw(struct json_writer *w, const char *text) { put(w, text, strlen(text)); }

@@ -1,127 +1,38 @@
 /* A simulated libnvidia-ml.so.1: NVML's C ABI answered from the simulated driver's state file.
  *
  * The rules are those of the Python simulator (lab/gpuprov_lab/sim/nvml.py), call for call: the same
- * handles, names, UUIDs, MIG devices, error codes and precedence, for the read-only functions
- * it serves. Data comes from gpuprov itself: build.py generates sim_data.h from the catalog,
- * pynvml and gpuprov_lab.sim.nvml, and tests/test_libnvml_parity.py proves the answers equal.
- * Calls that change state (MIG mode, GPU and compute instances) and every other NVML function a
- * consumer may link return NVML_ERROR_NOT_SUPPORTED (unsupported.h): a program that dlopens this
- * library never finds a symbol missing.
+ * handles, names, UUIDs, MIG devices, error codes and precedence, for reading and for changing
+ * the GPUs (MIG mode, GPU and compute instances at exact placements), faults included. Data comes
+ * from gpuprov itself: build.py generates sim_data.h from the catalog, pynvml and
+ * gpuprov_lab.sim.nvml, and tests/test_libnvml_parity.py proves the answers equal. The event API
+ * delivers the XIDs that `gpuprov-sim inject xid` raises (events.h). Every other NVML function a
+ * consumer may link returns NVML_ERROR_NOT_SUPPORTED (unsupported.h): a program that dlopens
+ * this library never finds a symbol missing. What hardware does outside NVML (a host's GPUs,
+ * resets, faults) is the gpuprovSim* API of admin.c.
  *
  * Each call reads the state file anew (writers replace it atomically, so a read is a consistent
- * snapshot) and keeps nothing but the nvmlInit count, so any thread may call at any time.
- * GPUPROV_NVML_SIM names the state file (default: SIM_STATE_PATH); GPUPROV_NVML_SIM_TRACE, when
- * set, names a file that gets one "<function> <return code>" line per call.
+ * snapshot) and keeps nothing but the nvmlInit count and the event sets, so any thread may call
+ * at any time. A call that changes the GPUs holds the state's lock from its read to its write
+ * (state.h). GPUPROV_NVML_SIM names the state file (default: SIM_STATE_PATH);
+ * GPUPROV_NVML_SIM_TRACE, when set, names a file that gets one "<function> <return code>" line per
+ * call.
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "json.h"
+#include "catalog.h"
+#include "events.h"
+#include "nvml_abi.h"
+#include "sim_consts.h"
+#include "state.h"
 #include "uuid5.h"
 
 #define EXPORT __attribute__((visibility("default")))
-
-/* nvmlReturn_t values (nvml.h). */
-enum {
-    NVML_SUCCESS = 0,
-    NVML_ERROR_UNINITIALIZED = 1,
-    NVML_ERROR_INVALID_ARGUMENT = 2,
-    NVML_ERROR_NOT_SUPPORTED = 3,
-    NVML_ERROR_NOT_FOUND = 6,
-    NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_DRIVER_NOT_LOADED = 9,
-    NVML_ERROR_LIBRARY_NOT_FOUND = 12,
-    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
-    NVML_ERROR_UNKNOWN = 999,
-};
-
-/* The catalog and constants as build.py writes them into sim_data.h. */
-struct sim_placement {
-    unsigned start, size;
-};
-struct sim_profile {
-    const char *name;
-    unsigned id, constant, compute_slices, max_instances;
-    unsigned long long memory_mib;
-    const struct sim_placement *placements;
-    unsigned placement_count;
-};
-struct sim_model {
-    const char *alias;
-    const char *const *nvml_names;
-    unsigned nvml_name_count;
-    unsigned pci_device_id;
-    unsigned long long memory_mib;
-    unsigned memory_slots, compute_slices;
-    const struct sim_profile *profiles;
-    unsigned profile_count;
-    unsigned cc_major, cc_minor;
-    unsigned memory_repair; /* REPAIR_ROW_REMAPPING, REPAIR_PAGE_RETIREMENT or 0 */
-};
-struct sim_error {
-    int code;
-    const char *name;
-    const char *text;
-};
-
-#include "sim_data.h"
-
-/* NVML structs, laid out as nvml.h (and pynvml) define them. */
-typedef struct {
-    char busIdLegacy[16];
-    unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
-    char busId[32];
-} nvmlPciInfo_t;
-typedef struct {
-    unsigned long long total, free, used;
-} nvmlMemory_t;
-typedef struct {
-    unsigned version;
-    unsigned long long total, reserved, free, used;
-} nvmlMemory_v2_t;
-typedef struct {
-    unsigned id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount,
-        decoderCount, encoderCount, jpegCount, ofaCount;
-    unsigned long long memorySizeMB;
-} nvmlGpuInstanceProfileInfo_t;
-typedef struct {
-    unsigned version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount,
-        copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
-    unsigned long long memorySizeMB;
-    char name[96];
-} nvmlGpuInstanceProfileInfo_v2_t;
-typedef struct {
-    unsigned start, size;
-} nvmlPlacement_t;
-typedef struct {
-    uintptr_t device;
-    unsigned id, profileId;
-    nvmlPlacement_t placement;
-} nvmlGpuInstanceInfo_t;
-typedef struct {
-    uintptr_t device, gpuInstance;
-    unsigned id, profileId;
-    nvmlPlacement_t placement;
-} nvmlComputeInstanceInfo_t;
-typedef struct {
-    unsigned id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount,
-        sharedDecoderCount, sharedEncoderCount, sharedJpegCount, sharedOfaCount;
-} nvmlComputeInstanceProfileInfo_t;
-typedef struct {
-    unsigned version, id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount,
-        sharedDecoderCount, sharedEncoderCount, sharedJpegCount, sharedOfaCount;
-    char name[96];
-} nvmlComputeInstanceProfileInfo_v2_t;
-typedef struct {
-    unsigned multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount,
-        sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
-    unsigned long long memorySizeMB;
-} nvmlDeviceAttributes_t;
 
 /* A versioned struct's version word carries its size (nvml.h NVML_STRUCT_VERSION). */
 _Static_assert((MEMORY_V2 & 0xFFFFFF) == sizeof(nvmlMemory_v2_t), "nvmlMemory_v2_t");
@@ -131,274 +42,11 @@ _Static_assert((COMPUTE_INSTANCE_PROFILE_INFO_V2 & 0xFFFFFF) ==
                    sizeof(nvmlComputeInstanceProfileInfo_v2_t),
                "nvmlComputeInstanceProfileInfo_v2_t");
 
-/* -- the state file ------------------------------------------------------------------------- */
-
-#define MAX_GPUS 64
-#define MAX_GIS 8
-#define MAX_CIS 8
-#define MAX_PAGES 64 /* retired pages per cause; a state with more reads as UNKNOWN */
-
-struct sim_ci {
-    unsigned id, profile_id, start, size;
-};
-struct sim_gi {
-    unsigned id, profile_id, start, size, ci_count;
-    struct sim_ci cis[MAX_CIS];
-};
-struct sim_page {
-    unsigned long long address, timestamp;
-};
-/* gpuprov_lab.sim.state.new_health: zeros when the state file has no "health" for the GPU. */
-struct sim_health {
-    unsigned long long ecc[2][2]; /* [corrected, uncorrected][volatile, aggregate] */
-    unsigned remap_corrected, remap_uncorrected;
-    int remap_pending, remap_failure;
-    unsigned page_count[2]; /* [single_bit, double_bit] */
-    struct sim_page pages[2][MAX_PAGES];
-    int pages_pending;
-};
-struct sim_gpu {
-    unsigned index;
-    const struct sim_model *model; /* NULL: not in the catalog */
-    char uuid[96];
-    char pci_bus_id[32];
-    int mig_current, mig_pending;
-    unsigned gi_count;
-    struct sim_gi gis[MAX_GIS];
-    struct sim_health health;
-};
-struct sim_state {
-    int loaded;
-    char version[64];
-    unsigned gpu_count;
-    struct sim_gpu gpus[MAX_GPUS];
-    char fault_function[128]; /* a fault that has fired: this function fails with fault_code */
-    int fault_code;
-};
+/* The events every simulated GPU reports (all catalog models have ECC memory). */
+#define SUPPORTED_EVENTS \
+    (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeXidCriticalError)
 
 static int initialized;
-
-static const char *state_path(void)
-{
-    const char *path = getenv(SIM_ENV);
-    return path && *path ? path : SIM_STATE_PATH;
-}
-
-static const struct sim_model *find_model(const char *name)
-{
-    /* catalog.find: by alias, then by NVML product name */
-    for (unsigned i = 0; i < sizeof(MODELS) / sizeof(MODELS[0]); i++)
-        if (strcmp(MODELS[i].alias, name) == 0)
-            return &MODELS[i];
-    for (unsigned i = 0; i < sizeof(MODELS) / sizeof(MODELS[0]); i++)
-        for (unsigned j = 0; j < MODELS[i].nvml_name_count; j++)
-            if (strcmp(MODELS[i].nvml_names[j], name) == 0)
-                return &MODELS[i];
-    return NULL;
-}
-
-static int error_code(const char *name)
-{
-    for (unsigned i = 0; i < sizeof(ERRORS) / sizeof(ERRORS[0]); i++)
-        if (strcmp(ERRORS[i].name, name) == 0)
-            return ERRORS[i].code;
-    return NVML_ERROR_UNKNOWN;
-}
-
-static int read_uint(const struct json_node *object, const char *key, unsigned *out)
-{
-    const struct json_node *n = json_get(object, key);
-    if (n == NULL || n->type != JSON_NUMBER || n->number < 0 || n->number > 0xFFFFFFFF ||
-        n->number != (double)(unsigned)n->number)
-        return 0;
-    *out = (unsigned)n->number;
-    return 1;
-}
-
-static int read_bool(const struct json_node *object, const char *key, int *out)
-{
-    const struct json_node *n = json_get(object, key);
-    if (n == NULL || (n->type != JSON_TRUE && n->type != JSON_FALSE))
-        return 0;
-    *out = n->type == JSON_TRUE;
-    return 1;
-}
-
-static int read_string(const struct json_node *object, const char *key, char *out, size_t size)
-{
-    const struct json_node *n = json_get(object, key);
-    if (n == NULL || n->type != JSON_STRING || strlen(n->string) >= size)
-        return 0;
-    strcpy(out, n->string);
-    return 1;
-}
-
-static int read_u64(const struct json_node *object, const char *key, unsigned long long *out)
-{
-    const struct json_node *n = json_get(object, key);
-    if (n == NULL || n->type != JSON_NUMBER || n->number < 0 || n->number > 9007199254740992.0 ||
-        n->number != (double)(unsigned long long)n->number)
-        return 0;
-    *out = (unsigned long long)n->number;
-    return 1;
-}
-
-/* The "health" object of a GPU (gpuprov_lab.sim.state.new_health); 1 when absent or well formed. */
-static int read_health(const struct json_node *node, struct sim_health *h)
-{
-    static const char *const kinds[2] = {"corrected", "uncorrected"};
-    static const char *const counters[2] = {"volatile", "aggregate"};
-    static const char *const causes[2] = {"single_bit", "double_bit"};
-    const struct json_node *health = json_get(node, "health");
-    const struct json_node *ecc = json_get(health, "ecc");
-    const struct json_node *rows = json_get(health, "remapped_rows");
-    const struct json_node *retired = json_get(health, "retired_pages");
-    if (health == NULL)
-        return 1;
-    for (int k = 0; k < 2; k++)
-        for (int c = 0; c < 2; c++)
-            if (!read_u64(json_get(ecc, kinds[k]), counters[c], &h->ecc[k][c]))
-                return 0;
-    if (!read_uint(rows, "corrected", &h->remap_corrected) ||
-        !read_uint(rows, "uncorrected", &h->remap_uncorrected) ||
-        !read_bool(rows, "pending", &h->remap_pending) ||
-        !read_bool(rows, "failure", &h->remap_failure) ||
-        !read_bool(retired, "pending", &h->pages_pending))
-        return 0;
-    for (int c = 0; c < 2; c++) {
-        const struct json_node *list = json_get(retired, causes[c]);
-        if (list == NULL || list->type != JSON_ARRAY)
-            return 0;
-        for (const struct json_node *p = list->child; p != NULL; p = p->next) {
-            struct sim_page *page = &h->pages[c][h->page_count[c]];
-            if (h->page_count[c] == MAX_PAGES || !read_u64(p, "address", &page->address) ||
-                !read_u64(p, "timestamp", &page->timestamp))
-                return 0;
-            h->page_count[c]++;
-        }
-    }
-    return 1;
-}
-
-static int by_ci_id(const void *a, const void *b)
-{
-    unsigned x = ((const struct sim_ci *)a)->id, y = ((const struct sim_ci *)b)->id;
-    return (x > y) - (x < y);
-}
-
-static int by_gi_id(const void *a, const void *b)
-{
-    unsigned x = ((const struct sim_gi *)a)->id, y = ((const struct sim_gi *)b)->id;
-    return (x > y) - (x < y);
-}
-
-static int read_gpu(const struct json_node *node, struct sim_gpu *gpu)
-{
-    char model[128];
-    const struct json_node *gis = json_get(node, "gpu_instances");
-    if (!read_uint(node, "index", &gpu->index) || !read_string(node, "model", model, sizeof(model)) ||
-        !read_string(node, "uuid", gpu->uuid, sizeof(gpu->uuid)) ||
-        !read_string(node, "pci_bus_id", gpu->pci_bus_id, sizeof(gpu->pci_bus_id)) ||
-        !read_bool(node, "mig_current", &gpu->mig_current) ||
-        !read_bool(node, "mig_pending", &gpu->mig_pending) || gis == NULL ||
-        gis->type != JSON_ARRAY || !read_health(node, &gpu->health))
-        return 0;
-    gpu->model = find_model(model);
-    for (const struct json_node *g = gis->child; g != NULL; g = g->next) {
-        struct sim_gi *gi = &gpu->gis[gpu->gi_count];
-        const struct json_node *cis = json_get(g, "compute_instances");
-        if (gpu->gi_count == MAX_GIS || !read_uint(g, "id", &gi->id) ||
-            !read_uint(g, "profile_id", &gi->profile_id) || !read_uint(g, "start", &gi->start) ||
-            !read_uint(g, "size", &gi->size) || cis == NULL || cis->type != JSON_ARRAY)
-            return 0;
-        for (const struct json_node *c = cis->child; c != NULL; c = c->next) {
-            struct sim_ci *ci = &gi->cis[gi->ci_count];
-            if (gi->ci_count == MAX_CIS || !read_uint(c, "id", &ci->id) ||
-                !read_uint(c, "profile_id", &ci->profile_id) || !read_uint(c, "start", &ci->start) ||
-                !read_uint(c, "size", &ci->size))
-                return 0;
-            gi->ci_count++;
-        }
-        qsort(gi->cis, gi->ci_count, sizeof(gi->cis[0]), by_ci_id);
-        gpu->gi_count++;
-    }
-    qsort(gpu->gis, gpu->gi_count, sizeof(gpu->gis[0]), by_gi_id);
-    return 1;
-}
-
-/* gpuprov_lab.sim.nvml: a fault fails its function once it has let `successes` calls through.
- * Counting those successes means writing the state; this library never writes, so it honours a
- * fault only once it has fired, which is where the answers differ from a successful call. */
-static void read_fault(const struct json_node *root, struct sim_state *state)
-{
-    const struct json_node *fault = json_get(json_get(root, "faults"), "fail_after");
-    const struct json_node *function = json_get(fault, "function");
-    const struct json_node *error = json_get(fault, "error");
-    unsigned successes = 0, succeeded = 0;
-    if (function == NULL || function->type != JSON_STRING ||
-        strlen(function->string) >= sizeof(state->fault_function))
-        return;
-    read_uint(fault, "successes", &successes);
-    read_uint(fault, "succeeded", &succeeded);
-    if (succeeded < successes)
-        return;
-    strcpy(state->fault_function, function->string);
-    state->fault_code = error && error->type == JSON_STRING && *error->string
-                            ? error_code(error->string)
-                            : NVML_ERROR_UNKNOWN;
-}
-
-static int parse_state(const char *text, size_t length, struct sim_state *state)
-{
-    struct json_arena arena;
-    const struct json_node *root = json_parse(&arena, text, length);
-    const struct json_node *schema = json_get(root, "schema");
-    const struct json_node *driver = json_get(root, "driver");
-    const struct json_node *gpus = json_get(root, "gpus");
-    const struct json_node *loaded = json_get(driver, "loaded");
-    int ok = schema && schema->type == JSON_STRING && strcmp(schema->string, SIM_SCHEMA) == 0 &&
-             read_string(driver, "version", state->version, sizeof(state->version)) && gpus &&
-             gpus->type == JSON_ARRAY;
-    /* driver.loaded defaults to true, as state["driver"].get("loaded", True) */
-    state->loaded = loaded == NULL || (loaded->type != JSON_FALSE && loaded->type != JSON_NULL);
-    for (const struct json_node *g = ok ? gpus->child : NULL; g != NULL && ok; g = g->next) {
-        ok = state->gpu_count < MAX_GPUS && read_gpu(g, &state->gpus[state->gpu_count]);
-        state->gpu_count++;
-    }
-    if (ok)
-        read_fault(root, state);
-    json_free(&arena);
-    return ok;
-}
-
-static struct sim_state *load_state(void)
-{
-    struct sim_state *state = calloc(1, sizeof(*state));
-    int fd = open(state_path(), O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    char *text = NULL;
-    size_t length = 0;
-    if (state == NULL || fd < 0 || fstat(fd, &st) != 0 || st.st_size > (1 << 24))
-        goto fail;
-    text = malloc((size_t)st.st_size + 1);
-    while (text != NULL && length < (size_t)st.st_size) {
-        ssize_t n = read(fd, text + length, (size_t)st.st_size - length);
-        if (n <= 0)
-            break;
-        length += (size_t)n;
-    }
-    if (text == NULL || length != (size_t)st.st_size || !parse_state(text, length, state))
-        goto fail;
-    free(text);
-    close(fd);
-    return state;
-fail:
-    free(text);
-    free(state);
-    if (fd >= 0)
-        close(fd);
-    return NULL;
-}
 
 /* -- call frame ----------------------------------------------------------------------------- */
 
@@ -419,35 +67,105 @@ static int trace(const char *function, int rc)
     return rc;
 }
 
-/* What every served call does first (gpuprov_lab.sim.nvml SimulatedNvml._call and _Driver.run). */
-static int begin(const char *function, struct sim_state **state)
+/* The calls that change the GPUs: they hold the state's lock from their read to their write. */
+static int changes_state(const char *function)
 {
-    *state = NULL;
-    if (!__atomic_load_n(&initialized, __ATOMIC_SEQ_CST))
+    static const char *const CHANGES[] = {
+        "nvmlDeviceSetMigMode",         "nvmlDeviceCreateGpuInstance",
+        "nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlGpuInstanceDestroy",
+        "nvmlGpuInstanceCreateComputeInstance",     "nvmlComputeInstanceDestroy",
+    };
+    for (unsigned i = 0; i < sizeof(CHANGES) / sizeof(CHANGES[0]); i++)
+        if (strcmp(CHANGES[i], function) == 0)
+            return 1;
+    return 0;
+}
+
+/* One served call (gpuprov_lab.sim.nvml SimulatedNvml._call and _Driver.run): the state it reads,
+ * the lock it holds, and whether a fault on its function still counts successes. */
+struct frame {
+    const char *function; /* the name the Python simulator and faults know it by */
+    struct sim_state *s;
+    int lock;
+    int count_fault;
+};
+
+static int fault_code(const struct sim_fault *f)
+{
+    int code;
+    return f->error[0] && catalog_error_code(f->error, &code) ? code : NVML_ERROR_UNKNOWN;
+}
+
+static int begin(struct frame *c, const char *function, int needs_init)
+{
+    char problem[512];
+    const char *path = state_path();
+    *c = (struct frame){function, NULL, -1, 0};
+    if (needs_init && !__atomic_load_n(&initialized, __ATOMIC_SEQ_CST))
         return NVML_ERROR_UNINITIALIZED;
-    *state = load_state();
-    if (*state == NULL)
+    if (changes_state(function) && (c->lock = state_lock(path, problem, sizeof(problem))) < 0)
         return NVML_ERROR_UNKNOWN;
-    if (strcmp((*state)->fault_function, function) == 0)
-        return (*state)->fault_code;
+    c->s = state_load(path, problem, sizeof(problem));
+    if (c->s == NULL)
+        return NVML_ERROR_UNKNOWN;
+    if (c->s->fault.set && strcmp(c->s->fault.function, function) == 0) {
+        if (fault_fired(&c->s->fault))
+            return fault_code(&c->s->fault);
+        c->count_fault = 1;
+    }
     return NVML_SUCCESS;
 }
 
-static int end(const char *symbol, struct sim_state *state, int rc)
+static void count_success(struct sim_fault *f)
 {
-    free(state);
+    f->succeeded++;
+    f->has_succeeded = 1;
+}
+
+/* A call that read without the lock and let a fault's budget count it: count it under the lock
+ * now (the call itself did not hold the lock, so a blocking wait never holds up writers). */
+static int count_after(const char *function)
+{
+    char problem[512];
+    const char *path = state_path();
+    int lock = state_lock(path, problem, sizeof(problem)), rc = 0;
+    struct sim_state *s = lock < 0 ? NULL : state_load(path, problem, sizeof(problem));
+    if (s != NULL && s->fault.set && strcmp(s->fault.function, function) == 0 &&
+        !fault_fired(&s->fault)) {
+        count_success(&s->fault);
+        rc = state_save(path, s, problem, sizeof(problem));
+    }
+    state_free(s);
+    state_unlock(lock);
+    return rc;
+}
+
+static int finish(struct frame *c, const char *symbol, int rc)
+{
+    char problem[512];
+    if (rc == NVML_SUCCESS && c->lock >= 0) {
+        if (c->count_fault)
+            count_success(&c->s->fault);
+        if (state_save(state_path(), c->s, problem, sizeof(problem)) != 0)
+            rc = NVML_ERROR_UNKNOWN;
+    } else if (rc == NVML_SUCCESS && c->count_fault && count_after(c->function) != 0) {
+        rc = NVML_ERROR_UNKNOWN;
+    }
+    state_unlock(c->lock);
+    state_free(c->s);
     return trace(symbol, rc);
 }
 
-/* SERVED(symbol, function, call): load the state as `function` (the name the Python simulator
- * knows, for faults), run `call` with `s` bound to it, trace under `symbol`. */
+/* SERVED(symbol, function, call): begin as `function` (the name the Python simulator knows, for
+ * faults), run `call` with `s` bound to the state, finish (write, count, trace as `symbol`). */
 #define SERVED(symbol, function, call)                      \
     {                                                       \
-        struct sim_state *s;                                \
-        int rc = begin(#function, &s);                      \
+        struct frame c_;                                     \
+        int rc = begin(&c_, #function, 1);                  \
+        struct sim_state *s = c_.s;                         \
         if (rc == NVML_SUCCESS)                             \
             rc = call;                                      \
-        return end(#symbol, s, rc);                         \
+        return finish(&c_, #symbol, rc);                    \
     }
 
 /* -- handles -------------------------------------------------------------------------------- */
@@ -496,14 +214,6 @@ static int mig_model(const struct sim_gpu *gpu, int enabled, const struct sim_mo
     return rc;
 }
 
-static const struct sim_profile *profile_by_id(const struct sim_model *model, unsigned id)
-{
-    for (unsigned i = 0; i < model->profile_count; i++)
-        if (model->profiles[i].id == id)
-            return &model->profiles[i];
-    return NULL;
-}
-
 static int find_gi(struct sim_state *s, unsigned index, unsigned gi_id, struct sim_gpu **gpu,
                    struct sim_gi **gi)
 {
@@ -548,7 +258,7 @@ static int gi_profile(const struct sim_gpu *gpu, const struct sim_gi *gi,
     int rc = model_of(gpu, &model);
     if (rc != NVML_SUCCESS)
         return rc;
-    *profile = profile_by_id(model, gi->profile_id);
+    *profile = catalog_profile(model, gi->profile_id);
     return *profile ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
 }
 
@@ -575,22 +285,12 @@ static int mig_device_at(struct sim_gpu *gpu, unsigned position, struct sim_gi *
     return 0;
 }
 
-static int ci_slices(unsigned constant, unsigned *slices)
-{
-    for (unsigned i = 0; i < sizeof(CI_SLICES) / sizeof(CI_SLICES[0]); i++)
-        if (CI_SLICES[i][0] == constant) {
-            *slices = CI_SLICES[i][1];
-            return 1;
-        }
-    return 0;
-}
-
 /* "MIG 3g.40gb" for a CI spanning its GI, "MIG 1c.3g.40gb" for a smaller one (_ci_name). */
 static int ci_name(const struct sim_profile *gi_profile, unsigned ci_constant, char *out,
                    size_t size)
 {
     unsigned slices;
-    if (!ci_slices(ci_constant, &slices))
+    if (!catalog_ci_slices(ci_constant, &slices))
         return NVML_ERROR_UNKNOWN;
     if (slices == gi_profile->compute_slices)
         snprintf(out, size, "MIG %s", gi_profile->name);
@@ -605,7 +305,7 @@ static void mig_uuid(const struct sim_gpu *gpu, const struct sim_gi *gi, const s
     char name[160];
     snprintf(name, sizeof(name), "%s/%u/%u", gpu->uuid, gi->id, ci->id);
     memcpy(out, "MIG-", 4);
-    uuid5(MIG_UUID_NAMESPACE, name, out + 4);
+    uuid5(catalog_mig_uuid_namespace(), name, out + 4);
 }
 
 static int write_string(char *buffer, unsigned length, const char *text)
@@ -945,7 +645,7 @@ static int gpu_profile(struct sim_state *s, uintptr_t device, unsigned id, int e
         rc = mig_model(*gpu, enabled, model);
     if (rc != NVML_SUCCESS)
         return rc;
-    *profile = profile_by_id(*model, id);
+    *profile = catalog_profile(*model, id);
     return *profile ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
 }
 
@@ -976,39 +676,59 @@ static int possible_placements(struct sim_state *s, uintptr_t device, unsigned i
     return NVML_SUCCESS;
 }
 
-/* gpuprov_lab.sim.nvml._free_placements and _capacity. */
+/* The placements of profile `p` a new GI could take now, lowest start first, into `out`
+ * (gpuprov_lab.sim.nvml._free_placements): none when the profile is at its maximum count or the
+ * compute slices are spent, else the profile's placements that overlap no existing GI ("Creation
+ * of new GPU instance will fail if there is overlap with the already occupied memory slices",
+ * NVML docs). *used gets the compute slices in use, *same the GIs of this profile; -1 when a GI
+ * has a profile the model lacks. */
+static int free_placements(const struct sim_gpu *gpu, const struct sim_model *model,
+                           const struct sim_profile *p, struct sim_placement *out,
+                           unsigned *used, unsigned *same)
+{
+    unsigned char occupied[64] = {0};
+    int count = 0;
+    *used = *same = 0;
+    for (unsigned i = 0; i < gpu->gi_count; i++) {
+        const struct sim_profile *other = catalog_profile(model, gpu->gis[i].profile_id);
+        if (other == NULL)
+            return -1;
+        *same += gpu->gis[i].profile_id == p->id;
+        *used += other->compute_slices;
+        for (unsigned slot = gpu->gis[i].start; slot < gpu->gis[i].start + gpu->gis[i].size; slot++)
+            occupied[slot % 64] = 1;
+    }
+    if (*same >= p->max_instances || *used + p->compute_slices > model->compute_slices)
+        return 0;
+    for (unsigned i = 0; i < p->placement_count; i++) {
+        unsigned clash = 0;
+        for (unsigned slot = p->placements[i].start;
+             slot < p->placements[i].start + p->placements[i].size; slot++)
+            clash |= occupied[slot % 64];
+        if (!clash)
+            out[count++] = p->placements[i];
+    }
+    return count;
+}
+
+/* How many more GIs of the profile fit: free placements, count left, compute left (_capacity). */
 static int remaining_capacity(struct sim_state *s, uintptr_t device, unsigned id, unsigned *count)
 {
     struct sim_gpu *gpu;
     const struct sim_model *model;
     const struct sim_profile *p;
-    unsigned same = 0, used = 0, free = 0;
-    unsigned char occupied[64] = {0};
-    int rc = gpu_profile(s, device, id, 1, &gpu, &model, &p);
+    struct sim_placement free[64];
+    unsigned used, same, capacity = 0;
+    int n, rc = gpu_profile(s, device, id, 1, &gpu, &model, &p);
     if (rc != NVML_SUCCESS)
         return rc;
-    for (unsigned i = 0; i < gpu->gi_count; i++) {
-        const struct sim_profile *other = profile_by_id(model, gpu->gis[i].profile_id);
-        if (other == NULL)
-            return NVML_ERROR_UNKNOWN;
-        same += gpu->gis[i].profile_id == p->id;
-        used += other->compute_slices;
-        for (unsigned slot = gpu->gis[i].start; slot < gpu->gis[i].start + gpu->gis[i].size; slot++)
-            occupied[slot % 64] = 1;
-    }
-    if (same < p->max_instances && used + p->compute_slices <= model->compute_slices)
-        for (unsigned i = 0; i < p->placement_count; i++) {
-            unsigned clash = 0;
-            for (unsigned slot = p->placements[i].start;
-                 slot < p->placements[i].start + p->placements[i].size; slot++)
-                clash |= occupied[slot % 64];
-            free += !clash;
-        }
-    unsigned capacity = 0;
-    if (free) {
+    n = free_placements(gpu, model, p, free, &used, &same);
+    if (n < 0)
+        return NVML_ERROR_UNKNOWN;
+    if (n > 0) {
         unsigned left = p->max_instances - same;
         unsigned fits = (model->compute_slices - used) / p->compute_slices;
-        capacity = free < left ? free : left;
+        capacity = (unsigned)n < left ? (unsigned)n : left;
         capacity = capacity < fits ? capacity : fits;
     }
     STORE(count, capacity);
@@ -1077,7 +797,7 @@ static int ci_profile(const struct sim_gpu *gpu, const struct sim_gi *gi, unsign
     int rc;
     if (constant >= COMPUTE_INSTANCE_PROFILE_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
-    int known = ci_slices(constant, slices);
+    int known = catalog_ci_slices(constant, slices);
     rc = gi_profile(gpu, gi, &p);
     if (rc != NVML_SUCCESS)
         return rc;
@@ -1290,7 +1010,7 @@ static int device_attributes(struct sim_state *s, uintptr_t device, nvmlDeviceAt
     rc = gi_profile(gpu, gi, &p);
     if (rc != NVML_SUCCESS)
         return rc;
-    if (!ci_slices(ci->profile_id, &slices))
+    if (!catalog_ci_slices(ci->profile_id, &slices))
         return NVML_ERROR_UNKNOWN;
     memset(out, 0, sizeof(*out));
     out->gpuInstanceSliceCount = p->compute_slices;
@@ -1310,7 +1030,7 @@ static int ecc_count(struct sim_state *s, uintptr_t device, int type, int counte
         return rc;
     if (type < 0 || type > 1 || counter < 0 || counter > 1)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *out = gpu->health.ecc[type][counter];
+    *out = gpu->health.ecc[type][counter].value; /* 64 bits at most: see sim_count */
     return NVML_SUCCESS;
 }
 
@@ -1337,6 +1057,10 @@ static int memory_error_counter(struct sim_state *s, uintptr_t device, int type,
     return rc;
 }
 
+/* NVML reports remapped rows in an unsigned int: a larger count reads as the largest it can
+ * hold, never as the count modulo 2**32. */
+static unsigned clamp32(unsigned long long value) { return value > UINT_MAX ? UINT_MAX : (unsigned)value; }
+
 static int remapped_rows(struct sim_state *s, uintptr_t device, unsigned *corrected,
                          unsigned *uncorrected, unsigned *pending, unsigned *failure)
 {
@@ -1349,8 +1073,8 @@ static int remapped_rows(struct sim_state *s, uintptr_t device, unsigned *correc
         return rc;
     if (model->memory_repair != REPAIR_ROW_REMAPPING || (gpu->mig_current && gpu->gi_count))
         return NVML_ERROR_NOT_SUPPORTED;
-    STORE(corrected, gpu->health.remap_corrected);
-    STORE(uncorrected, gpu->health.remap_uncorrected);
+    STORE(corrected, clamp32(gpu->health.remap_corrected.value));
+    STORE(uncorrected, clamp32(gpu->health.remap_uncorrected.value));
     STORE(pending, (unsigned)gpu->health.remap_pending);
     STORE(failure, (unsigned)gpu->health.remap_failure);
     return NVML_SUCCESS;
@@ -1402,24 +1126,269 @@ static int retired_pages(struct sim_state *s, uintptr_t device, int cause, unsig
     return NVML_SUCCESS;
 }
 
+/* -- changes: MIG mode, GPU and compute instances (gpuprov_lab.sim.nvml, call for call) ---------- */
+
+/* Only the pending mode changes; it becomes current at a GPU reset or a reboot. The activation
+ * status says why it is not current yet: IN_USE while a client holds the GPU, RESET_REQUIRED
+ * otherwise (nvmlDeviceSetMigMode docs: "activationStatus would return
+ * NVML_ERROR_RESET_REQUIRED ... NVML_ERROR_IN_USE ... if the device isn't idle"). */
+static int set_mig_mode(struct sim_state *s, uintptr_t device, unsigned mode, int *activation)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    char holder[NAME_SIZE];
+    int rc = gpu_of(s, device, 1u << KIND_DEVICE, &gpu);
+    if (rc == NVML_SUCCESS)
+        rc = mig_model(gpu, 0, &model);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (mode != NVML_DEVICE_MIG_DISABLE && mode != NVML_DEVICE_MIG_ENABLE)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (mode == NVML_DEVICE_MIG_DISABLE && gpu->mig_current && gpu->gi_count)
+        return NVML_ERROR_IN_USE;
+    if (activation == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    gpu->mig_pending = (int)mode;
+    if (gpu->mig_pending == gpu->mig_current)
+        *activation = NVML_SUCCESS;
+    else if (state_held(gpu, holder, sizeof(holder)))
+        *activation = NVML_ERROR_IN_USE;
+    else
+        *activation = NVML_ERROR_RESET_REQUIRED;
+    return NVML_SUCCESS;
+}
+
+/* The GI id NVML gives a placement: its node in a binary tree over the memory slots. Real
+ * captures number GIs by where they sit, not by creation order: 7g -> 0, 3g at 0/4 -> 1/2, 2g
+ * at 0/2/4 -> 3/4/5, 1g at slot k -> 7+k (NVIDIA/DCGM#138, NVIDIA/go-nvml#146,
+ * kubernetes-sigs/dra-driver-nvidia-gpu#933). */
+static unsigned gpu_instance_id_at(const struct sim_gpu *gpu, const struct sim_model *model,
+                                   struct sim_placement where)
+{
+    unsigned slots = model->memory_slots, node = slots / where.size - 1 + where.start / where.size;
+    int taken = 0;
+    for (unsigned i = 0; i < gpu->gi_count; i++)
+        taken |= gpu->gis[i].id == node;
+    if (slots % where.size == 0 && where.start % where.size == 0 && !taken)
+        return node;
+    for (unsigned id = 1;; id++) {
+        taken = 0;
+        for (unsigned i = 0; i < gpu->gi_count; i++)
+            taken |= gpu->gis[i].id == id;
+        if (!taken)
+            return id;
+    }
+}
+
+static int by_id(const void *a, const void *b)
+{
+    unsigned x = ((const struct sim_gi *)a)->id, y = ((const struct sim_gi *)b)->id;
+    return (x > y) - (x < y);
+}
+
+static int by_ci(const void *a, const void *b)
+{
+    unsigned x = ((const struct sim_ci *)a)->id, y = ((const struct sim_ci *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* nvmlDeviceCreateGpuInstance (wanted NULL) and ...WithPlacement. Without a placement NVML's
+ * choice is undocumented; one real capture put the first of two 3g GIs at 4:4 (nvidia-smi mig
+ * -lgipp; NVIDIA MIG User Guide), so the simulation takes the highest free start. */
+static int create_gpu_instance(struct sim_state *s, uintptr_t device, unsigned id, int placed,
+                               const nvmlPlacement_t *wanted, uintptr_t *instance)
+{
+    struct sim_gpu *gpu;
+    const struct sim_model *model;
+    const struct sim_profile *p;
+    struct sim_placement free[64], where;
+    unsigned used, same;
+    int n, found = 0, rc = gpu_profile(s, device, id, 1, &gpu, &model, &p);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (placed && wanted == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    n = free_placements(gpu, model, p, free, &used, &same);
+    if (n < 0)
+        return NVML_ERROR_UNKNOWN;
+    if (!placed && n > 0) {
+        where = free[n - 1];
+        found = 1;
+    }
+    for (int i = 0; placed && i < n; i++)
+        if (free[i].start == wanted->start && free[i].size == wanted->size) {
+            where = free[i];
+            found = 1;
+        }
+    if (!found || gpu->gi_count == MAX_GIS)
+        return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    if (instance == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    gpu->gis[gpu->gi_count] =
+        (struct sim_gi){gpu_instance_id_at(gpu, model, where), p->id, where.start, where.size, 0,
+                        {{0, 0, 0, 0}}};
+    *instance = encode(KIND_GPU_INSTANCE, gpu->index, gpu->gis[gpu->gi_count].id, 0);
+    gpu->gi_count++;
+    qsort(gpu->gis, gpu->gi_count, sizeof(gpu->gis[0]), by_id);
+    return NVML_SUCCESS;
+}
+
+static int destroy_gpu_instance(struct sim_state *s, uintptr_t instance)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    int rc = gpu_instance(s, instance, &gpu, &gi);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (gi->ci_count) /* nvml.h: IN_USE "if ... compute instances are active on the GPU instance" */
+        return NVML_ERROR_IN_USE;
+    memmove(gi, gi + 1, (size_t)(gpu->gis + gpu->gi_count - (gi + 1)) * sizeof(*gi));
+    gpu->gi_count--;
+    return NVML_SUCCESS;
+}
+
+/* A CI of `constant` at the lowest free start of its size inside the GI, with the lowest free
+ * id (gpuprov_lab.sim.nvml nvmlGpuInstanceCreateComputeInstance). */
+static int create_compute_instance(struct sim_state *s, uintptr_t instance, unsigned constant,
+                                   uintptr_t *out)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    const struct sim_profile *p;
+    unsigned slices, most, same = 0, used = 0, start = 0, id = 0;
+    int rc = gpu_instance(s, instance, &gpu, &gi), found = 0;
+    if (rc == NVML_SUCCESS)
+        rc = ci_profile(gpu, gi, constant, &slices, &most);
+    if (rc == NVML_SUCCESS)
+        rc = gi_profile(gpu, gi, &p);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (unsigned i = 0; i < gi->ci_count; i++) {
+        same += gi->cis[i].profile_id == constant;
+        for (unsigned k = gi->cis[i].start; k < gi->cis[i].start + gi->cis[i].size && k < 32; k++)
+            used |= 1u << k;
+    }
+    for (unsigned at = 0; !found && at + slices <= p->compute_slices; at += slices)
+        if ((used & ((1u << slices) - 1) << at) == 0) {
+            start = at;
+            found = 1;
+        }
+    if (same >= most || !found || gi->ci_count == MAX_CIS)
+        return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    if (out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int taken = 1; taken; id += taken) {
+        taken = 0;
+        for (unsigned i = 0; i < gi->ci_count; i++)
+            taken |= gi->cis[i].id == id;
+    }
+    gi->cis[gi->ci_count++] = (struct sim_ci){id, constant, start, slices};
+    qsort(gi->cis, gi->ci_count, sizeof(gi->cis[0]), by_ci);
+    *out = encode(KIND_COMPUTE_INSTANCE, gpu->index, gi->id, id);
+    return NVML_SUCCESS;
+}
+
+static int destroy_compute_instance(struct sim_state *s, uintptr_t instance)
+{
+    struct sim_gpu *gpu;
+    struct sim_gi *gi;
+    struct sim_ci *ci;
+    int rc = compute_instance(s, instance, KIND_COMPUTE_INSTANCE, &gpu, &gi, &ci);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    memmove(ci, ci + 1, (size_t)(gi->cis + gi->ci_count - (ci + 1)) * sizeof(*ci));
+    gi->ci_count--;
+    return NVML_SUCCESS;
+}
+
+/* -- events (events.h) ---------------------------------------------------------------------- */
+
+static int event_set_create(struct sim_state *s, nvmlEventSet_t *set)
+{
+    (void)s;
+    return events_create(set);
+}
+
+static int event_set_free(struct sim_state *s, nvmlEventSet_t set)
+{
+    (void)s;
+    return events_free(set);
+}
+
+/* Events are per GPU: nvml.h "This API does not currently support per-instance event reporting
+ * using MIG device handles" (nvmlEventSetWait_v2); the plugins register the parent GPU. */
+static int event_gpu(struct sim_state *s, uintptr_t device, struct sim_gpu **gpu)
+{
+    int rc = gpu_of(s, device, KINDS(KIND_DEVICE, KIND_MIG_DEVICE), gpu);
+    if (rc == NVML_SUCCESS && decode(device).kind == KIND_MIG_DEVICE)
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    return rc;
+}
+
+static int supported_event_types(struct sim_state *s, uintptr_t device, unsigned long long *types)
+{
+    struct sim_gpu *gpu;
+    int rc = event_gpu(s, device, &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    STORE(types, SUPPORTED_EVENTS);
+    return NVML_SUCCESS;
+}
+
+/* nvmlDeviceRegisterEvents: NOT_SUPPORTED "if the platform does not support this feature or
+ * some of requested event types", and then none of them is registered. */
+static int register_events(struct sim_state *s, uintptr_t device, unsigned long long types,
+                           nvmlEventSet_t set)
+{
+    struct sim_gpu *gpu;
+    int rc = event_gpu(s, device, &gpu);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!events_valid(set))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~SUPPORTED_EVENTS)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return events_register(set, state_path(), gpu->index, types);
+}
+
+/* nvmlEventSetWait_v2: the next event, or TIMEOUT once `timeout` ms have passed without one.
+ * `v2` writes the MIG instance ids too (0xFFFFFFFF when the event is the whole GPU's). */
+static int event_set_wait(struct sim_state *s, nvmlEventSet_t set, void *data, unsigned timeout,
+                          int v2)
+{
+    struct sim_event e;
+    int rc;
+    (void)s;
+    if (!events_valid(set) || data == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = events_wait(set, timeout, &e);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (v2) {
+        nvmlEventData_t *out = data;
+        *out = (nvmlEventData_t){encode(KIND_DEVICE, e.gpu, 0, 0), e.type, e.data,
+                                 e.gpu_instance, e.compute_instance};
+    } else {
+        nvmlEventData_v1_t *out = data;
+        *out = (nvmlEventData_v1_t){encode(KIND_DEVICE, e.gpu, 0, 0), e.type, e.data};
+    }
+    return NVML_SUCCESS;
+}
+
 /* -- the exported C ABI --------------------------------------------------------------------- */
 
 static int init(const char *symbol)
 {
-    struct sim_state *s;
-    int rc = NVML_SUCCESS;
+    struct frame c;
+    int rc;
     if (access(state_path(), F_OK) != 0)
         return trace(symbol, NVML_ERROR_LIBRARY_NOT_FOUND); /* no state: no driver installed */
-    s = load_state();
-    if (s == NULL)
-        rc = NVML_ERROR_UNKNOWN;
-    else if (strcmp(s->fault_function, "nvmlInitWithFlags") == 0)
-        rc = s->fault_code;
-    else if (!s->loaded)
+    rc = begin(&c, "nvmlInitWithFlags", 0);
+    if (rc == NVML_SUCCESS && !c.s->loaded)
         rc = NVML_ERROR_DRIVER_NOT_LOADED;
-    else
+    if (rc == NVML_SUCCESS)
         __atomic_add_fetch(&initialized, 1, __ATOMIC_SEQ_CST);
-    return end(symbol, s, rc);
+    return finish(&c, symbol, rc);
 }
 
 EXPORT int nvmlInitWithFlags(unsigned flags)
@@ -1442,10 +1411,10 @@ EXPORT int nvmlShutdown(void)
 EXPORT const char *nvmlErrorString(int code)
 {
     static __thread char unknown[48];
+    const char *text = catalog_error_text(code);
     trace("nvmlErrorString", NVML_SUCCESS);
-    for (unsigned i = 0; i < sizeof(ERRORS) / sizeof(ERRORS[0]); i++)
-        if (ERRORS[i].code == code)
-            return ERRORS[i].text;
+    if (text != NULL)
+        return text;
     snprintf(unknown, sizeof(unknown), "Unknown Error %d", code);
     return unknown;
 }
@@ -1502,6 +1471,18 @@ EXPORT int nvmlDeviceGetGpuInstances(uintptr_t device, unsigned id, uintptr_t *i
     SERVED(nvmlDeviceGetGpuInstances, nvmlDeviceGetGpuInstances, gpu_instances(s, device, id, instances, count))
 EXPORT int nvmlDeviceGetGpuInstanceById(uintptr_t device, unsigned id, uintptr_t *instance)
     SERVED(nvmlDeviceGetGpuInstanceById, nvmlDeviceGetGpuInstanceById, gpu_instance_by_id(s, device, id, instance))
+EXPORT int nvmlDeviceSetMigMode(uintptr_t device, unsigned mode, int *activation)
+    SERVED(nvmlDeviceSetMigMode, nvmlDeviceSetMigMode, set_mig_mode(s, device, mode, activation))
+EXPORT int nvmlDeviceCreateGpuInstance(uintptr_t device, unsigned id, uintptr_t *instance)
+    SERVED(nvmlDeviceCreateGpuInstance, nvmlDeviceCreateGpuInstance, create_gpu_instance(s, device, id, 0, NULL, instance))
+EXPORT int nvmlDeviceCreateGpuInstanceWithPlacement(uintptr_t device, unsigned id, const nvmlPlacement_t *placement, uintptr_t *instance)
+    SERVED(nvmlDeviceCreateGpuInstanceWithPlacement, nvmlDeviceCreateGpuInstanceWithPlacement, create_gpu_instance(s, device, id, 1, placement, instance))
+EXPORT int nvmlGpuInstanceDestroy(uintptr_t instance)
+    SERVED(nvmlGpuInstanceDestroy, nvmlGpuInstanceDestroy, destroy_gpu_instance(s, instance))
+EXPORT int nvmlGpuInstanceCreateComputeInstance(uintptr_t instance, unsigned profile, uintptr_t *out)
+    SERVED(nvmlGpuInstanceCreateComputeInstance, nvmlGpuInstanceCreateComputeInstance, create_compute_instance(s, instance, profile, out))
+EXPORT int nvmlComputeInstanceDestroy(uintptr_t instance)
+    SERVED(nvmlComputeInstanceDestroy, nvmlComputeInstanceDestroy, destroy_compute_instance(s, instance))
 EXPORT int nvmlGpuInstanceGetInfo(uintptr_t instance, nvmlGpuInstanceInfo_t *info)
     SERVED(nvmlGpuInstanceGetInfo, nvmlGpuInstanceGetInfo, gpu_instance_info(s, instance, info))
 EXPORT int nvmlGpuInstanceGetComputeInstanceProfileInfo(uintptr_t instance, unsigned profile, unsigned engine, nvmlComputeInstanceProfileInfo_t *info)
@@ -1542,6 +1523,19 @@ EXPORT int nvmlDeviceGetRetiredPages(uintptr_t device, int cause, unsigned *coun
     SERVED(nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPages, retired_pages(s, device, cause, count, addresses, NULL))
 EXPORT int nvmlDeviceGetRetiredPages_v2(uintptr_t device, int cause, unsigned *count, unsigned long long *addresses, unsigned long long *timestamps)
     SERVED(nvmlDeviceGetRetiredPages_v2, nvmlDeviceGetRetiredPages_v2, retired_pages(s, device, cause, count, addresses, timestamps))
+
+EXPORT int nvmlEventSetCreate(nvmlEventSet_t *set)
+    SERVED(nvmlEventSetCreate, nvmlEventSetCreate, event_set_create(s, set))
+EXPORT int nvmlDeviceGetSupportedEventTypes(uintptr_t device, unsigned long long *types)
+    SERVED(nvmlDeviceGetSupportedEventTypes, nvmlDeviceGetSupportedEventTypes, supported_event_types(s, device, types))
+EXPORT int nvmlDeviceRegisterEvents(uintptr_t device, unsigned long long types, nvmlEventSet_t set)
+    SERVED(nvmlDeviceRegisterEvents, nvmlDeviceRegisterEvents, register_events(s, device, types, set))
+EXPORT int nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned timeout)
+    SERVED(nvmlEventSetWait_v2, nvmlEventSetWait_v2, event_set_wait(s, set, data, timeout, 1))
+EXPORT int nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_v1_t *data, unsigned timeout)
+    SERVED(nvmlEventSetWait, nvmlEventSetWait, event_set_wait(s, set, data, timeout, 0))
+EXPORT int nvmlEventSetFree(nvmlEventSet_t set)
+    SERVED(nvmlEventSetFree, nvmlEventSetFree, event_set_free(s, set))
 
 /* Everything else: NOT_SUPPORTED, whatever the arguments (the caller cleans up its own stack on
  * x86-64 and AArch64, so a function that ignores its parameters is safe to call with any). */

@@ -1,0 +1,150 @@
+"""Test helpers over the simulated C driver alone: a host's GPUs through its gpuprovSim* API,
+and pynvml loading the built ``libnvidia-ml.so.1`` through pynvml's own loader.
+
+>>> path = new_host(tmp_path, "A100-80GB", 2, mig=[0])      # doctest: +SKIP
+>>> with nvml(path):                                        # doctest: +SKIP
+...     pynvml.nvmlDeviceSetMigMode(pynvml.nvmlDeviceGetHandleByIndex(1), 1)
+>>> Hardware(path).reset(1)                                 # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pynvml
+from gpuprov_lab.sim.libnvml import build, preload
+
+from gpuprov.host.contract import SIM_ENV
+
+WHOLE_GPU = 0xFFFFFFFF  # GPUPROV_SIM_WHOLE_GPU: an XID of the GPU, not of a MIG instance
+
+
+class SimError(Exception):
+    """A gpuprovSim* call refused; the message is the library's one line."""
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    """The built library, loaded so that pynvml's ``CDLL("libnvidia-ml.so.1")`` is it too."""
+    lib = ctypes.CDLL(str(preload.preload()))
+    lib.gpuprovSimLastError.restype = ctypes.c_char_p
+    lib.gpuprovSimStatePath.restype = ctypes.c_char_p
+    lib.gpuprovSimInjectXid.argtypes = [
+        ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_long, ctypes.c_char_p,
+        ctypes.c_uint, ctypes.c_uint,
+    ]  # fmt: skip
+    lib.gpuprovSimSetFault.argtypes = [
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulonglong, ctypes.c_char_p,
+    ]  # fmt: skip
+    lib.gpuprovSimCreate.argtypes = [
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+        ctypes.c_ulonglong,
+    ]  # fmt: skip
+    return lib
+
+
+class Hardware:
+    """The switches of the simulated host in state file ``path`` (gpuprov_sim.h)."""
+
+    def __init__(self, path: str):
+        self.path = path.encode()
+        self.lib = library()
+
+    def _call(self, name: str, *args: object) -> int:
+        rc = getattr(self.lib, name)(self.path, *args)
+        if rc < 0:
+            raise SimError(self.lib.gpuprovSimLastError().decode())
+        return rc
+
+    def boot(self) -> None:
+        self._call("gpuprovSimBoot")
+
+    def reset(self, gpu: int) -> bool:
+        """``nvidia-smi -r`` of one GPU: True when reset, False when a client holds it."""
+        return self._call("gpuprovSimResetGpu", gpu) == 0
+
+    def driver(self, version: str | None = None, loaded: bool | None = None) -> None:
+        self._call(
+            "gpuprovSimSetDriver",
+            version.encode() if version else None,
+            -1 if loaded is None else int(loaded),
+        )
+
+    def busy(self, gpu: int, busy: bool = True) -> None:
+        self._call("gpuprovSimSetBusy", gpu, int(busy))
+
+    def hold(self, gpu: int, unit: str | None) -> None:
+        """``unit`` holds the GPU while active; None: no unit does."""
+        self._call("gpuprovSimHold", gpu, unit.encode() if unit else None)
+
+    def fault(self, function: str | None, successes: int = 0, error: str | None = None) -> None:
+        self._call(
+            "gpuprovSimSetFault",
+            function.encode() if function else None,
+            successes,
+            error.encode() if error else None,
+        )
+
+    def xid(self, gpu: int, code: int, gi: int = WHOLE_GPU, ci: int = WHOLE_GPU) -> None:
+        self._call("gpuprovSimInjectXid", gpu, code, 0, b"", gi, ci)
+
+    def ecc(
+        self, gpu: int, uncorrected: bool, volatile: int | None = None, aggregate: int | None = None
+    ) -> None:
+        def count(value: int | None):
+            return None if value is None else ctypes.byref(ctypes.c_ulonglong(value))
+
+        self._call("gpuprovSimSetEcc", gpu, int(uncorrected), count(volatile), count(aggregate))
+
+    def remap_pending(self, gpu: int, failure: bool = False, clear: bool = False) -> None:
+        self._call("gpuprovSimRemapPending", gpu, int(failure), int(clear))
+
+    def retire_page(self, gpu: int, double_bit: bool = False, pending: bool = False) -> None:
+        self._call("gpuprovSimRetirePage", gpu, int(double_bit), int(pending))
+
+
+def new_host(
+    tmp_path: Path,
+    model: str = "A100-80GB",
+    count: int = 1,
+    mig: Iterable[int] = (),
+    seed: str = "test-host",
+) -> str:
+    """A state file for ``count`` GPUs of ``model``; GPUs in ``mig`` booted with MIG on."""
+    path = str(tmp_path / "gpus.json")
+    mask = sum(1 << index for index in mig)
+    lib = library()
+    if lib.gpuprovSimCreate(path.encode(), model.encode(), count, seed.encode(), None, mask):
+        raise SimError(lib.gpuprovSimLastError().decode())
+    return path
+
+
+@contextlib.contextmanager
+def nvml(path: str) -> Iterator[None]:
+    """pynvml initialized against the host in ``path``, loaded by pynvml itself.
+
+    The caller isolates pynvml (``simulated.isolate_pynvml``), so its loader runs afresh.
+    """
+    library()
+    saved = os.environ.get(SIM_ENV)
+    os.environ[SIM_ENV] = path
+    pynvml.nvmlInit()
+    try:
+        yield
+    finally:
+        pynvml.nvmlShutdown()
+        if saved is None:
+            os.environ.pop(SIM_ENV, None)
+        else:
+            os.environ[SIM_ENV] = saved
+
+
+def programs() -> dict[str, Path]:
+    """The built ``nvidia-smi`` and ``gpuprov-sim``."""
+    return build.build().programs
