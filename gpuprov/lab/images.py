@@ -9,9 +9,10 @@ Two images, each one uncompressed layer:
   children, end on SIGTERM or SIGINT), compiled static with this machine's C compiler.
 - ``CANARY``: ``gpuprov.invalid/lab-canary:1``, Debian's static busybox (package
   ``busybox-static``, taken from the lab base, which installs it) with the links of the applets
-  a test or a canary pod runs (``sh``, ``env``, ``cat``, ``sleep``, ...). ``.invalid`` is a
-  domain that never resolves (RFC 2606): a pod that names it with a pull policy that pulls fails
-  at once instead of reaching out.
+  a test or a canary pod runs (``sh``, ``env``, ``cat``, ``sleep``, ...; Debian's build has no
+  ``printenv``: ``sh -c 'echo "$NVIDIA_VISIBLE_DEVICES"'``). ``.invalid`` is a domain that
+  never resolves (RFC 2606): a pod that names it with a pull policy that pulls fails at once
+  instead of reaching out.
 
 The archives are deterministic (fixed times, owners and order; no compression), so the same
 inputs give the same image digests, and cached by the hash of those inputs under
@@ -50,7 +51,7 @@ CONTAINERD_CONFIG = HERE / "node" / "containerd-config.toml"
 CANARY = "gpuprov.invalid/lab-canary:1"
 BUSYBOX = "bin/busybox"  # in the lab base, from busybox-static
 # The applets the lab's pods use: the shell, and what a canary or a test reads and waits with.
-APPLETS = ("cat", "env", "ls", "printenv", "sh", "sleep", "true")
+APPLETS = ("cat", "env", "ls", "sh", "sleep", "true")
 CFLAGS = ("-static", "-Os", "-s", "-Wall", "-Werror")
 PATH_ENV = "PATH=/bin"
 # The image config's platform: the lab's hosts run this machine's kernel and Debian amd64.

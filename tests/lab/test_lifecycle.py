@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprov.lab import hosts, network, procs
+from gpuprov.lab import controlplane, hosts, network, procs
 from gpuprov.lab.controlplane import API_PORT
 from gpuprov.lab.device_plugin import PLUGIN
 from gpuprov.lab.kubelet import KUBELET
@@ -71,8 +71,12 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     run = lab.run_dir
     pidfiles = run.pidfiles()
     pids = [procs.read(f) for f in pidfiles]
-    # repository server, stuck mirror, etcd, API server; each host's launcher and nspawn
-    assert len(pids) == 4 + 2 * len(lab.hosts) and None not in pids
+    # repository server, stuck mirror, etcd, API server, scheduler, controller manager; each
+    # host's launcher and nspawn
+    assert len(pids) == 6 + 2 * len(lab.hosts) and None not in pids
+    ports = lab.kube["ports"]
+    assert sorted(ports) == sorted([*controlplane.COMPONENTS, "etcd-peer"])
+    assert set(ports.values()) <= _listening_ports()
     # Each host's kubelet and plugin, started inside the hosts (descendants of their nspawn).
     node_parts = _descendants_running([p for p in pids if p is not None], {KUBELET, PLUGIN})
     assert len(node_parts) == 2 * len(lab.hosts), node_parts
@@ -82,10 +86,14 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     assert [p for p in pids if p is not None and _running(p)] == []
     assert [p for p in node_parts if _running(p)] == []
     assert API_PORT not in _listening_ports()  # the API server's port is free again
+    assert set(ports.values()) & _listening_ports() == set()  # and every component's
     assert hosts.mounts_under(run.path) == []
     assert network.leftover_namespaces() == [] and network.leftover_veths() == []
     assert not network.bridge_exists()
-    assert not run.path.exists()
+    assert not run.path.exists()  # certificates, kubeconfigs, etcd's data, logs
+    # The controllers keep their serving certificates in memory (no --cert-dir given), and the
+    # API server has its own: none of them wrote the default /var/run/kubernetes.
+    assert not Path("/var/run/kubernetes").exists()
     again = gpuprov(lab, "down")
     assert again.returncode == 0, again.stderr
     assert json.loads(gpuprov(lab, "status", "--format", "json").stdout)["state"] == "down"
