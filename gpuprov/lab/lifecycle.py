@@ -253,7 +253,10 @@ def _start_cluster(
     started = time.time()
     plane = controlplane.ControlPlane(run.kube, GATEWAY)
     plane.start(binaries)
+    print(f"api server up in {time.time() - started:.1f} s", file=sys.stderr)
+    controllers = time.time()
     plane.start_controllers(binaries)
+    print(f"controllers up in {time.time() - controllers:.1f} s", file=sys.stderr)
     # Where `gpuprov kube apply` puts the device plugin's ConfigMap; the chart makes it in a
     # real cluster, and the lab's plugin runs as a systemd unit instead.
     made = plane.kubectl("create", "namespace", manifests.DEFAULT_NAMESPACE)
