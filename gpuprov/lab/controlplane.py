@@ -163,13 +163,12 @@ class ControlPlane:
         self.kubeconfig(self.admin_kubeconfig, ADMIN)
         self._wait_ready(timeout)
 
-    def start_controllers(self, binaries: dict[str, Path], timeout: float = READY_TIMEOUT) -> None:
+    def start_controllers(self, binaries: dict[str, Path]) -> None:
         """Start kube-scheduler and kube-controller-manager against the running API server, as
         kubeadm runs them (its static pod manifests, cmd/kubeadm/app/phases/controlplane/
         manifests.go): their own kubeconfig for the API, and the same one for delegated
-        authentication and authorization of their HTTPS port. Returns once both answer
-        ``/healthz`` and the controllers have done what every pod needs: the ``default``
-        service account and the ``kube-root-ca.crt`` config map in namespace ``default``.
+        authentication and authorization of their HTTPS port. Returns once both run;
+        ``wait_controllers`` waits until they serve.
 
         Not kubeadm's: ``--leader-elect=false`` (one instance of each; no lease to renew every
         2 s) and free loopback ports (``scheduler_port``, ``controller_manager_port``).
@@ -224,6 +223,12 @@ class ControlPlane:
             pidfile(self.dir, "kube-controller-manager"),
             log=self.dir / "controller-manager.log",
         )
+
+    def wait_controllers(self, timeout: float = READY_TIMEOUT) -> None:
+        """Wait until the scheduler and the controller manager answer ``/healthz`` and the
+        controllers have done what every pod needs: the ``default`` service account and the
+        ``kube-root-ca.crt`` config map in namespace ``default``. Raises LabError with their
+        logs when one ends or ``timeout`` seconds pass."""
         deadline = time.monotonic() + timeout
         for name, port in (
             ("kube-scheduler", self.scheduler_port),

@@ -222,10 +222,10 @@ def _start(
     network.add_bridge()
     services.start_repo_server(run, built.www)
     services.start_stuck_mirror(run)
-    parts = None
+    parts = plane = None
     if binaries is not None:
-        parts, ports = _start_cluster(run, spec, binaries, images.ensure(base_dir))
-        document["kube"]["ports"] = ports
+        parts, plane = _start_cluster(run, spec, binaries, images.ensure(base_dir))
+        document["kube"]["ports"] = plane.ports()
         run.write_state(document)
     hosts.ensure_inotify(len(spec))
     for host in spec:
@@ -238,7 +238,10 @@ def _start(
                 "--failed` shows why",
                 file=sys.stderr,
             )
-    if binaries is not None:
+    if plane is not None:
+        waited = time.time()
+        plane.wait_controllers()
+        print(f"controllers ready {time.time() - waited:.1f} s after the hosts", file=sys.stderr)
         _wait_nodes_ready(run, document["kube"], [h.name for h in spec])
     print(f"lab up: {len(spec)} hosts in {time.time() - started:.1f} s", file=sys.stderr)
     return document
@@ -246,17 +249,17 @@ def _start(
 
 def _start_cluster(
     run: RunDir, spec: list[LabHost], binaries: dict[str, Path], archives: list[images.Archive]
-) -> tuple[hosts.KubeParts, dict[str, int]]:
-    """etcd and the API server on the bridge, the scheduler and the controller manager, the
-    namespace of the device plugin's ConfigMap, a kubelet kubeconfig per host; what the hosts
-    run of it, and the control plane's ports."""
+) -> tuple[hosts.KubeParts, controlplane.ControlPlane]:
+    """etcd and the API server on the bridge, the scheduler and the controller manager
+    started, the namespace of the device plugin's ConfigMap, a kubelet kubeconfig per host;
+    what the hosts run of it, and the control plane."""
     started = time.time()
     plane = controlplane.ControlPlane(run.kube, GATEWAY)
     plane.start(binaries)
     print(f"api server up in {time.time() - started:.1f} s", file=sys.stderr)
-    controllers = time.time()
+    # The controllers start now and are waited for after the hosts boot: their first sync
+    # (a few seconds) overlaps the hosts' boot instead of adding to it.
     plane.start_controllers(binaries)
-    print(f"controllers up in {time.time() - controllers:.1f} s", file=sys.stderr)
     # Where `gpuprov kube apply` puts the device plugin's ConfigMap; the chart makes it in a
     # real cluster, and the lab's plugin runs as a systemd unit instead.
     made = plane.kubectl("create", "namespace", manifests.DEFAULT_NAMESPACE)
@@ -266,7 +269,7 @@ def _start_cluster(
         plane.kubeconfig(run.node_kubeconfig(host.name), controlplane.node_identity(host.name))
     print(f"control plane up in {time.time() - started:.1f} s", file=sys.stderr)
     parts = hosts.KubeParts(binaries["kubelet"], binaries[device_plugin.BUILD], tuple(archives))
-    return parts, plane.ports()
+    return parts, plane
 
 
 def _wait_nodes_ready(run: RunDir, kube: dict[str, Any], names: list[str]) -> None:
