@@ -39,6 +39,7 @@ from tabulate import tabulate
 from gpuprov.lab import controlplane, lifecycle, procs
 from gpuprov.lab.images import CANARY
 from gpuprov.lab.rundir import RunDir, default_dir
+from gpuprov.lab.spec import default_spec
 from gpuprov.lab.testing import Lab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,7 +168,7 @@ def main() -> None:
         print(f"lab up {i + 1}/{options.ups}: {ups[-1]}", file=sys.stderr, flush=True)
         if i < options.ups - 1:
             lifecycle.down(RunDir(default_dir()))
-    lab = Lab.start()  # the lab the last `up` left: reused
+    lab = Lab(RunDir(default_dir()), default_spec(3))  # the lab the last `up` left
     try:
         time.sleep(30)
         rss = memory(lab)
