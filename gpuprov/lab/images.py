@@ -21,7 +21,7 @@ inputs give the same image digests, and cached by the hash of those inputs under
 the image's name from the ``io.containerd.image.name`` annotation of its index entry, as
 containerd's own ``ctr images export`` writes it, containerd core/images/archive/exporter.go).
 
->>> sorted(_canary_files(b"#!busybox")) [:3]
+>>> sorted(_canary_files(b"#!busybox"))[:3]
 ['bin/busybox', 'bin/cat', 'bin/env']
 >>> reference_tag("registry.k8s.io/pause:3.10")
 '3.10'
@@ -40,6 +40,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuprov.contract import CONTAINERD_UNIT, CRI_PLUGIN, KUBELET_UNIT
 from gpuprov.hostfiles.documents import parse
 from gpuprov.lab import kubelet
 from gpuprov.lab.errors import LabError
@@ -64,7 +65,7 @@ def sandbox_image() -> str:
     """The pause image the lab base's containerd names (``sandbox_image``): the pause image is
     built under this name so that containerd has it and pulls nothing."""
     config = parse("toml", CONTAINERD_CONFIG.read_text())
-    return config["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"]
+    return config["plugins"][CRI_PLUGIN[config["version"]]]["sandbox_image"]
 
 
 @dataclass(frozen=True)
@@ -268,9 +269,9 @@ def import_unit() -> str:
         "[Unit]\n"
         "Description=The lab's container images, imported into containerd (gpuprov lab: no "
         "registry is reachable)\n"
-        "After=containerd.service\n"
-        "Requires=containerd.service\n"
-        "Before=kubelet.service\n"
+        f"After={CONTAINERD_UNIT}\n"
+        f"Requires={CONTAINERD_UNIT}\n"
+        f"Before={KUBELET_UNIT}\n"
         "\n"
         "[Service]\n"
         "Type=oneshot\n"
