@@ -34,13 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuprov_lab import controlplane, lifecycle, procs
+from gpuprov_lab.images import CANARY
+from gpuprov_lab.rundir import RunDir, default_dir
+from gpuprov_lab.spec import default_spec
+from gpuprov_lab.testing import Lab
 from tabulate import tabulate
-
-from gpuprov.lab import controlplane, lifecycle, procs
-from gpuprov.lab.images import CANARY
-from gpuprov.lab.rundir import RunDir, default_dir
-from gpuprov.lab.spec import default_spec
-from gpuprov.lab.testing import Lab
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

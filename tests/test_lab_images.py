@@ -1,4 +1,4 @@
-"""The lab's container images (``gpuprov.lab.images``): OCI image archives built here, the same
+"""The lab's container images (``gpuprov_lab.images``): OCI image archives built here, the same
 bytes from the same inputs, whose digests and sizes agree with their blobs, and whose pause
 program does what a sandbox's must. That containerd imports them and runs pods from them is
 tests/lab/test_pods.py."""
@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from gpuprov.lab import images
+from gpuprov_lab import images
 
 
 def _members(data: bytes) -> dict[str, tarfile.TarInfo]:

@@ -14,11 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gpuprov.host.contract import SIM_ENV
+from gpuprov_lab import packages
+from gpuprov_lab.sim.libnvml import build
 from simulated import edit, new_host
-
-from gpuprov.contract import SIM_ENV
-from gpuprov.lab import packages
-from gpuprov.sim.libnvml import build
 
 PYTHON = "/usr/bin/python3"  # the lab hosts' (Debian's); the stand-ins name it in their #!
 HOOK = "nvidia-container-runtime-hook"

@@ -40,11 +40,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuprov.contract import CONTAINERD_UNIT, CRI_PLUGIN, KUBELET_UNIT
-from gpuprov.hostfiles.documents import parse
-from gpuprov.lab import kubelet
-from gpuprov.lab.errors import LabError
-from gpuprov.lab.rundir import CACHE, prune_cache
+from gpuprov_lab import kubelet_unit as kubelet
+from gpuprov_lab.errors import LabError
+from gpuprov_lab.rundir import CACHE, prune_cache
+
+from gpuprov.core.hostfiles.documents import parse
+from gpuprov.host.contract import CONTAINERD_UNIT, CRI_PLUGIN, KUBELET_UNIT
 
 HERE = Path(__file__).parent
 PAUSE_SOURCE = HERE / "pause.c"

@@ -18,10 +18,9 @@ import time
 
 import pytest
 import yaml
-
-from gpuprov.lab import controlplane
-from gpuprov.lab.images import CANARY
-from gpuprov.lab.testing import REPO_ROOT, observed_instances, planned_instances
+from gpuprov_lab import controlplane
+from gpuprov_lab.images import CANARY
+from gpuprov_lab.testing import REPO_ROOT, observed_instances, planned_instances
 
 pytestmark = pytest.mark.lab
 
