@@ -103,10 +103,15 @@ def survey() -> list[tuple[str, object]]:
     count = t("count", pynvml.nvmlDeviceGetCount) or 0
     t("index past the end", pynvml.nvmlDeviceGetHandleByIndex, count)
     t("unknown uuid", pynvml.nvmlDeviceGetHandleByUUID, "GPU-nope")
+    devices = []
     for index in range(count):
         device = t(f"{index} handle", pynvml.nvmlDeviceGetHandleByIndex, index)
+        devices.append(device)
         _device(t, f"{index}", device)
         _mig(t, f"{index}", device)
+    for i, first in enumerate(devices):
+        for j, second in enumerate(devices):
+            t(f"{i} {j} common ancestor", pynvml.nvmlDeviceGetTopologyCommonAncestor, first, second)
     t("not a handle", pynvml.nvmlDeviceGetName, pynvml.c_nvmlDevice_t())
     for code in [*range(32), 999, 1000, -1]:
         t(f"error string {code}", pynvml.nvmlErrorString, code)
@@ -242,6 +247,12 @@ def _mig(t: Transcript, at: str, device) -> None:
         )
         if mig is not None:
             _device(t, f"{at} mig {position}", mig)
+            t(
+                f"{at} mig {position} common ancestor",
+                pynvml.nvmlDeviceGetTopologyCommonAncestor,
+                mig,
+                device,
+            )
 
 
 def _gpu_instance(t: Transcript, at: str, gi) -> None:

@@ -35,6 +35,7 @@ def test_each_wrapper_reaches_its_simulated_function(tmp_path):
         pynvml.nvmlDeviceGetName(device)
         pynvml.nvmlDeviceGetIndex(device)
         pynvml.nvmlDeviceGetMinorNumber(device)
+        pynvml.nvmlDeviceGetTopologyCommonAncestor(device, device)
         pynvml.nvmlDeviceGetCudaComputeCapability(device)
         pynvml.nvmlDeviceGetPciInfo(device)
         pynvml.nvmlDeviceGetMemoryInfo(device)

@@ -1,8 +1,10 @@
 #!/bin/bash
 # base.sh DIR MIRROR NODE_FILES: build the lab's read-only base rootfs at DIR (atomically).
 #
-# Debian bookworm minbase + systemd, sshd, python3, containerd, the kubeadm-style containerd config
-# and the lspci of the simulated PCI bus, from NODE_FILES. Every lab host is an overlay on top of
+# Debian bookworm minbase + systemd, sshd, python3, containerd, crun, the CNI plugins and the
+# static busybox (the lab's canary image is made of it: gpuprov/lab/images.py), the
+# kubeadm-style containerd config, the lab's runc (crun without cgroups) and the lspci of the
+# simulated PCI bus, from NODE_FILES. Every lab host is an overlay on top of
 # this directory. The kubelet and NVIDIA's device plugin are not in it: each host gets the real
 # ones (read-only binds of the cached builds) and their units at `up` (lab/gpuprov_lab/hosts.py).
 #
@@ -15,7 +17,7 @@ TMP=$BASE.tmp
 
 rm -rf "$TMP"
 mmdebstrap --quiet --variant=minbase \
-  --include=systemd,systemd-sysv,dbus,openssh-server,python3,python3-yaml,iproute2,procps,kmod,ca-certificates,containerd,runc \
+  --include=systemd,systemd-sysv,dbus,openssh-server,python3,python3-yaml,iproute2,procps,kmod,ca-certificates,containerd,runc,crun,containernetworking-plugins,busybox-static \
   bookworm "$TMP" \
   "deb $MIRROR/debian bookworm main" \
   "deb $MIRROR/debian bookworm-updates main" \
@@ -33,6 +35,12 @@ printf 'Acquire::Languages "none";\nDir::Cache::srcpkgcache "";\n' \
   > "$TMP/etc/apt/apt.conf.d/02gpuprov-lab-slim"
 
 install -m755 "$NODE/lspci" "$TMP/usr/local/bin/lspci"   # lists the per-host simulated PCI bus
+# Pods: the low-level runtime that works in a host (crun, no cgroups: see the script), and the
+# CNI plugins where containerd looks for them (its default bin_dir, /opt/cni/bin; Debian's
+# containernetworking-plugins installs them into /usr/lib/cni).
+install -m755 "$NODE/runc" "$TMP/usr/local/sbin/runc"
+install -d "$TMP/opt/cni"
+ln -s /usr/lib/cni "$TMP/opt/cni/bin"
 install -d "$TMP/var/lib/kubelet" "$TMP/etc/kubernetes/kubelet.conf.d" "$TMP/etc/nvidia/device-plugin"
 install -m644 "$NODE/containerd-config.toml" "$TMP/etc/containerd/config.toml"  # kubeadm-style
 systemctl --root="$TMP" --quiet enable containerd.service

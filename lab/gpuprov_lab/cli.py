@@ -7,8 +7,9 @@ sudo gpuprov lab status --format json
 sudo gpuprov lab demo                # up, deploy, verify (with --kubeconfig)
 sudo gpuprov lab down
 
-With Kubernetes (the default) the lab runs etcd and kube-apiserver on 10.200.0.1:16443, and every
-host the real kubelet and NVIDIA's device plugin; the admin kubeconfig is
+With Kubernetes (the default) the lab runs etcd, kube-apiserver (on 10.200.0.1:16443),
+kube-scheduler and kube-controller-manager, and every host the real kubelet, which runs pods
+through the host's containerd, and NVIDIA's device plugin; the admin kubeconfig is
 ``<run dir>/kube/admin.kubeconfig`` (printed by `up`).
 """
 
@@ -138,6 +139,17 @@ def _kube_status(kube: dict | None) -> None:
     if not kube:
         return
     click.echo(f"API server {kube['server']}, kubeconfig {kube['kubeconfig']}")
+    if kube.get("components"):
+        rows = [
+            [
+                c["name"],
+                "yes" if c["running"] else "NO",
+                c["port"] or "-",
+                {True: "ok", False: "NO", None: "-"}[c["healthy"]],
+            ]
+            for c in kube["components"]
+        ]
+        click.echo(table(rows, ["component", "running", "port", "healthz"]) + "\n")
     if not kube["api"]:
         click.echo(f"nodes: {kube['error']}")
         return

@@ -1,16 +1,23 @@
 """A real Kubernetes control plane for the lab: etcd and kube-apiserver on this machine, with the
-certificates, the service-account keys and an admin kubeconfig it makes itself.
+certificates, the service-account keys and an admin kubeconfig it makes itself, and (for a lab
+that runs pods) kube-scheduler and kube-controller-manager beside them.
 
 The API server serves TLS on ``address:port`` with client-certificate authentication and RBAC
 (``--authorization-mode=Node,RBAC``); the admin identity is in group ``system:masters``. Each lab
 node gets a client certificate of its own (``system:node:<name>`` in ``system:nodes``), the
 identity the Node authorizer expects from a kubelet
-(https://kubernetes.io/docs/reference/access-authn-authz/node/).
+(https://kubernetes.io/docs/reference/access-authn-authz/node/). The scheduler and the controller
+manager get theirs as kubeadm makes them: user ``system:kube-scheduler`` and
+``system:kube-controller-manager``, no group, the users the API server's bootstrap RBAC policy
+binds its ClusterRoles of the same names to (kubernetes
+plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go, v1.34.4; kubeadm
+cmd/kubeadm/app/phases/kubeconfig/kubeconfig.go).
 
-Everything lives in one directory; ``stop`` ends both processes by pid file.
+Everything lives in one directory; ``stop`` ends every process by pid file.
 
 >>> plane = ControlPlane(Path("/tmp/gpuprov-lab/kube"), "10.200.0.1")   # doctest: +SKIP
 >>> plane.start(kubebuild.ensure())                                      # doctest: +SKIP
+>>> plane.start_controllers(kubebuild.ensure())                          # doctest: +SKIP
 >>> plane.kubectl("get", "nodes").stdout                                 # doctest: +SKIP
 """
 
@@ -50,6 +57,21 @@ class Identity:
 
 
 ADMIN = Identity("gpuprov-admin", ("system:masters",))
+# The API server's client certificate for the kubelets' API (logs, exec, port-forward), kubeadm's
+# `apiserver-kubelet-client`; the lab's kubelets accept any certificate of the lab CA.
+KUBELET_CLIENT = Identity("kube-apiserver-kubelet-client")
+SCHEDULER = Identity("system:kube-scheduler")
+CONTROLLER_MANAGER = Identity("system:kube-controller-manager")
+# The processes of a control plane, in the order `stop` ends them (etcd last), and their pid files
+# in its directory. The scheduler and the controller manager run only after `start_controllers`.
+COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd")
+_PIDFILE = {
+    "etcd": "etcd.pid",
+    "kube-apiserver": "apiserver.pid",
+    "kube-scheduler": "scheduler.pid",
+    "kube-controller-manager": "controller-manager.pid",
+}
+READY_TIMEOUT = 60.0  # seconds; the API server took 2-3 s, the controllers' first sync about 2 s
 
 
 def node_identity(name: str) -> Identity:
@@ -70,6 +92,11 @@ class ControlPlane:
         self.address = address
         self.port = port or _free_port(address)
         self.etcd_client, self.etcd_peer = _free_port("127.0.0.1"), _free_port("127.0.0.1")
+        # The scheduler's and the controller manager's own HTTPS ports (healthz, metrics): free
+        # ones on loopback, not their defaults 10259 and 10257, which another cluster on this
+        # machine may hold.
+        self.scheduler_port = _free_port("127.0.0.1")
+        self.controller_manager_port = _free_port("127.0.0.1")
         self.kubectl_path = "kubectl"  # the built one once started
 
     @property
@@ -86,6 +113,7 @@ class ControlPlane:
         if binaries.get("kubectl") and Path(binaries["kubectl"]).is_file():
             self.kubectl_path = str(binaries["kubectl"])
         self._pki()
+        kubelet_cert, kubelet_key = self._client_cert(KUBELET_CLIENT)
         etcd_data = self.dir / "etcd"
         procs.start(
             [
@@ -99,7 +127,7 @@ class ControlPlane:
                 f"--initial-cluster=gpuprov-lab=http://127.0.0.1:{self.etcd_peer}",
                 "--log-level=warn",
             ],
-            self.dir / "etcd.pid",
+            pidfile(self.dir, "etcd"),
             log=self.dir / "etcd.log",
         )
         pki = self.dir / "pki"
@@ -117,17 +145,127 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # `kubectl logs` reaches a pod's kubelet: with a client certificate, at the
+                # Node's InternalIP (the default tries the Hostname first, which this machine's
+                # resolver does not know).
+                f"--kubelet-client-certificate={kubelet_cert}",
+                f"--kubelet-client-key={kubelet_key}",
+                "--kubelet-preferred-address-types=InternalIP",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
             ],
-            self.dir / "apiserver.pid",
+            pidfile(self.dir, "kube-apiserver"),
             log=self.dir / "apiserver.log",
         )
         self.kubeconfig(self.admin_kubeconfig, ADMIN)
         self._wait_ready(timeout)
+
+    def start_controllers(self, binaries: dict[str, Path]) -> None:
+        """Start kube-scheduler and kube-controller-manager against the running API server, as
+        kubeadm runs them (its static pod manifests, cmd/kubeadm/app/phases/controlplane/
+        manifests.go): their own kubeconfig for the API, and the same one for delegated
+        authentication and authorization of their HTTPS port. Returns once both run;
+        ``wait_controllers`` waits until they serve.
+
+        Not kubeadm's: ``--leader-elect=false`` (one instance of each; no lease to renew every
+        2 s) and free loopback ports (``scheduler_port``, ``controller_manager_port``).
+        """
+        pki = self.dir / "pki"
+        scheduler = self.kubeconfig(self.dir / "scheduler.kubeconfig", SCHEDULER)
+        manager = self.kubeconfig(self.dir / "controller-manager.kubeconfig", CONTROLLER_MANAGER)
+        procs.start(
+            [
+                str(binaries["kube-scheduler"]),
+                f"--kubeconfig={scheduler}",
+                f"--authentication-kubeconfig={scheduler}",
+                f"--authorization-kubeconfig={scheduler}",
+                *_own_port_authentication(pki),
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.scheduler_port}",
+                "--leader-elect=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+            pidfile(self.dir, "kube-scheduler"),
+            log=self.dir / "scheduler.log",
+        )
+        procs.start(
+            [
+                str(binaries["kube-controller-manager"]),
+                f"--kubeconfig={manager}",
+                f"--authentication-kubeconfig={manager}",
+                f"--authorization-kubeconfig={manager}",
+                *_own_port_authentication(pki),
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.controller_manager_port}",
+                # Published into every namespace as the kube-root-ca.crt config map, which each
+                # pod's service-account volume mounts (a pod without it never starts:
+                # 'configmap "kube-root-ca.crt" not found').
+                f"--root-ca-file={pki / 'ca.crt'}",
+                # The key the API server verifies service-account tokens with (its
+                # --service-account-key-file is this key's public half).
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                # Each controller calls the API as its own service account (kubeadm does): the
+                # token path every pod's credentials take is in use from the start.
+                "--use-service-account-credentials=true",
+                # Certificate signing requests (a kubelet's client certificate rotation) are
+                # signed by the lab CA, as kubeadm's controller manager signs them.
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--leader-elect=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+            pidfile(self.dir, "kube-controller-manager"),
+            log=self.dir / "controller-manager.log",
+        )
+
+    def wait_controllers(self, timeout: float = READY_TIMEOUT) -> None:
+        """Wait until the scheduler and the controller manager answer ``/healthz`` and the
+        controllers have done what every pod needs: the ``default`` service account and the
+        ``kube-root-ca.crt`` config map in namespace ``default``. Raises LabError with their
+        logs when one ends or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        for name, port in (
+            ("kube-scheduler", self.scheduler_port),
+            ("kube-controller-manager", self.controller_manager_port),
+        ):
+            self._wait(name, lambda port=port: healthz(port), deadline)
+        self._wait(
+            "the default service account and kube-root-ca.crt",
+            lambda: (
+                self.kubectl(
+                    "-n", "default", "get", "serviceaccount/default", "configmap/kube-root-ca.crt"
+                ).returncode
+                == 0
+            ),
+            deadline,
+        )
+
+    def _wait(self, what: str, ready, deadline: float) -> None:
+        while not ready():
+            dead = [c for c in COMPONENTS if started(self.dir, c) and not alive(self.dir, c)]
+            if dead or time.monotonic() > deadline:
+                logs = "".join(
+                    f"\n--- {c}:\n{log_tail(self.dir, c)}" for c in dead or COMPONENTS[:2]
+                )
+                state = f"{', '.join(dead)} ended" if dead else "timed out"
+                raise LabError(f"the lab control plane: waiting for {what}: {state}{logs}")
+            time.sleep(0.3)
+
+    def ports(self) -> dict[str, int]:
+        """Component -> the TCP port it serves on (what `lab down` must leave free)."""
+        return {
+            "etcd": self.etcd_client,
+            "etcd-peer": self.etcd_peer,
+            "kube-apiserver": self.port,
+            "kube-scheduler": self.scheduler_port,
+            "kube-controller-manager": self.controller_manager_port,
+        }
 
     def stop(self) -> None:
         stop(self.dir)
@@ -266,14 +404,72 @@ class ControlPlane:
 
 
 def stop(directory: Path) -> None:
-    """End the API server, then etcd, of the control plane in ``directory`` (fine when down)."""
-    procs.stop(directory / "apiserver.pid")
-    procs.stop(directory / "etcd.pid")
+    """End the controllers, the API server, then etcd, of the control plane in ``directory``
+    (fine when down, or when only some of them ran)."""
+    for component in COMPONENTS:
+        procs.stop(pidfile(directory, component))
+
+
+def pidfile(directory: Path, component: str) -> Path:
+    """The pid file of ``component`` (one of ``COMPONENTS``) in ``directory``.
+
+    >>> pidfile(Path("/k"), "kube-scheduler")
+    PosixPath('/k/scheduler.pid')
+    """
+    return directory / _PIDFILE[component]
+
+
+def started(directory: Path, component: str) -> bool:
+    """``component`` was started in ``directory`` (its pid file exists)."""
+    return pidfile(directory, component).exists()
+
+
+def alive(directory: Path, component: str) -> bool:
+    return procs.alive(pidfile(directory, component))
 
 
 def running(directory: Path) -> bool:
-    """Both processes of the control plane in ``directory`` are alive."""
-    return procs.alive(directory / "apiserver.pid") and procs.alive(directory / "etcd.pid")
+    """etcd and the API server of the control plane in ``directory`` are alive, and so is every
+    other component that was started there."""
+    return all(
+        alive(directory, c)
+        for c in COMPONENTS
+        if c in ("etcd", "kube-apiserver") or started(directory, c)
+    )
+
+
+def _own_port_authentication(pki: Path) -> list[str]:
+    """How the scheduler and the controller manager authenticate clients of their HTTPS port:
+    certificates of the lab CA, given, not looked up. kubeadm lets them read the CAs from the
+    ``extension-apiserver-authentication`` config map; the lab's API server has no front proxy
+    (``--requestheader-client-ca-file``), and looking it up logged 'missing content for CA
+    bundle "client-ca::kube-system::extension-apiserver-authentication::
+    requestheader-client-ca-file"' several times a second."""
+    return [f"--client-ca-file={pki / 'ca.crt'}", "--authentication-skip-lookup=true"]
+
+
+def healthz(port: int, timeout: float = 2.0) -> bool:
+    """``https://127.0.0.1:<port>/healthz`` answers ``ok``: the scheduler's and the controller
+    manager's, served with a self-signed certificate they make in memory and open to anyone
+    (``/healthz`` is in their ``--authorization-always-allow-paths`` by default)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{port}/healthz", context=context, timeout=timeout
+        ) as r:
+            return r.status == 200 and r.read().strip() == b"ok"
+    except OSError:
+        return False
+
+
+def log_tail(directory: Path, component: str, size: int = 1500) -> str:
+    log = directory / _PIDFILE[component].replace(".pid", ".log")
+    try:
+        return log.read_text(errors="replace")[-size:]
+    except OSError:
+        return "(no log)"
 
 
 def nodes(kubectl: str, kubeconfig: Path, timeout: float = 20.0) -> list[dict]:

@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuprov_lab import hardware, kubelet_unit, network, plugin_service, procs
+from gpuprov_lab import hardware, images, kubelet_unit, network, plugin_service, procs
 from gpuprov_lab import ssh as ssh_
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.rundir import HostDir, RunDir
@@ -33,10 +33,12 @@ LAUNCHER = Path(__file__).with_name("launcher.sh")
 
 @dataclass(frozen=True)
 class KubeParts:
-    """The controller's binaries every host runs, bound read-only into it."""
+    """The controller's binaries every host runs, bound read-only into it, and the image
+    archives its containerd imports."""
 
     kubelet: Path
     device_plugin: Path
+    images: tuple[images.Archive, ...] = ()
 
     def binds(self) -> dict[str, str]:
         """Host path -> controller path."""
@@ -104,8 +106,10 @@ def start(run: RunDir, host: LabHost, base: Path, kube: KubeParts | None) -> Non
             kubelet_unit.put(root, unit, _NO_KUBE_UNIT.format(what=what).encode())
             kubelet_unit.enable(root, unit)
     else:
-        kubelet_unit.configure(root, host.name, run.node_kubeconfig(host.name))
+        subnet = kubelet_unit.pod_subnet(host.index)
+        kubelet_unit.configure(root, host.name, run.node_kubeconfig(host.name), pod_subnet=subnet)
         plugin_service.configure(root, mig_minors(host.count))
+        images.install(root, list(kube.images))
     argv = nspawn_argv(hd, host.name, host.index, kube)
     procs.start(
         ["bash", str(LAUNCHER), str(hd.nspawn_pid), *argv],
@@ -129,6 +133,11 @@ def install_containerd(root: Path, binary: Path) -> None:
 def nspawn_argv(hd: HostDir, name: str, index: int, kube: KubeParts | None = None) -> list[str]:
     # --register=no and --keep-unit: the machine's PID 1 need not be systemd (no machined, no
     # system bus); --resolv-conf=off keeps the base's resolv.conf that points at nothing.
+    # --private-network beside --network-namespace-path: the namespace is the host's alone, so
+    # nspawn keeps CAP_NET_ADMIN and a writable /proc/sys/net for it, which the pods' CNI
+    # bridge needs (without: 'failed to create bridge "cni0": could not add "cni0": operation
+    # not permitted'). systemd 252 accepts the pair; later releases document it
+    # (nspawn.c: "cannot be combined with other network options (except --private-network)").
     binds = kube.binds() if kube else {}
     return [
         "systemd-nspawn",
@@ -137,6 +146,7 @@ def nspawn_argv(hd: HostDir, name: str, index: int, kube: KubeParts | None = Non
         f"--machine={name}",
         "--boot",
         f"--network-namespace-path={network.netns_path(index)}",
+        "--private-network",
         "--register=no",
         "--keep-unit",
         "--resolv-conf=off",

@@ -1,5 +1,6 @@
-"""Build the real Kubernetes parts the lab runs (kube-apiserver, kubelet, kubectl, etcd) with Go
-from the module proxy, at versions pinned here, once per version.
+"""Build the real Kubernetes parts the lab runs (kube-apiserver, kube-scheduler,
+kube-controller-manager, kubelet, kubectl, etcd) with Go from the module proxy, at versions pinned
+here, once per version.
 
 Each component is built in its own Go module under ``/var/tmp/gpuprov-kube-<version>/`` (outside
 any work tree, kept across lab runs and CI runs on the same machine), so a second ``lab up``
@@ -27,7 +28,13 @@ from gpuprov_lab.errors import LabError
 
 KUBERNETES_VERSION = "1.34.4"
 ETCD_VERSION = "3.6.16"
-KUBERNETES_COMMANDS = ("kube-apiserver", "kubelet", "kubectl")
+KUBERNETES_COMMANDS = (
+    "kube-apiserver",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kubelet",
+    "kubectl",
+)
 # NVIDIA's config-manager (the device plugin chart's sidecar), at the plugin's own release.
 CONFIG_MANAGER_MODULE = "github.com/NVIDIA/k8s-device-plugin"
 CONFIG_MANAGER_VERSION = "0.20.0"

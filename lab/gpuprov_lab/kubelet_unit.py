@@ -3,8 +3,10 @@
 A lab host is a Debian container booted by systemd-nspawn (``hosts.py``). Run there, the
 kubelet v1.34.4 stops on what a container does not give it; each setting below says what failed
 without it (measured in tests/test_kubelet_in_container.py, listed in docs/kubernetes.md, "A real
-kubelet in a lab host"). No pod runs in the lab, so no pause image and no CNI plugin binaries are
-needed: the kubelet only registers the Node, reports its status and serves the device plugins.
+kubelet in a lab host"). It registers the Node, serves the device plugins and runs pods through
+the host's containerd: the pod network is the CNI config here (Debian's bridge and host-local
+plugins, in the lab base), the images are the lab's own (``images.py``), and the low-level
+runtime is crun without cgroups (``node/runc``).
 
 ``install`` writes everything into a host's root before it boots:
 
@@ -31,6 +33,7 @@ from gpuprov.host.contract import (
 
 KUBELET = "/usr/bin/kubelet"
 KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"
+CLIENT_CA = "/etc/kubernetes/pki/ca.crt"  # the lab CA: who may call the kubelet's API
 CONFIG_DIR = "/etc/kubernetes/kubelet.conf.d"  # gpuprov's drop-in goes here (kubelet_config_dir)
 UNIT = f"/etc/systemd/system/{KUBELET_UNIT}"
 CNI_CONFIG = "/etc/cni/net.d/10-gpuprov-lab.conflist"
@@ -61,8 +64,13 @@ def config(port: int = 10250, healthz_port: int = 10248) -> dict:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        # Nobody calls the kubelet's API in the lab (no exec, no logs): no client is accepted.
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}},
+        # The kubelet's API (logs, exec) answers the API server, whose client certificate the
+        # lab CA signed, and nobody else: no anonymous caller, no token review.
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": CLIENT_CA},
+        },
         "authorization": {"mode": "AlwaysAllow"},
         "port": port,
         "healthzPort": healthz_port,
@@ -79,8 +87,14 @@ def config(port: int = 10250, healthz_port: int = 10248) -> dict:
         # empty list comes back as the default ["pods"], which then fails validation
         # ("cgroupsPerQOS ... must be set to true when "pods" contained in enforceNodeAllocatable").
         "enforceNodeAllocatable": ["none"],
-        # The machine may have swap; pods never run here, so their memory accounting is moot.
+        # The machine may have swap; no pod memory limit is enforced here (no cgroups), so
+        # swap changes nothing the kubelet could account for.
         "failSwapOn": False,
+        # The lab's images exist only as imported at boot (no registry is reachable): the
+        # kubelet must never remove one to free the disk, which the hosts share with this
+        # machine and its other work (85 %, the default, is no signal of the lab's own use).
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
     }
 
 
@@ -130,10 +144,23 @@ def unit(node: str) -> str:
     )
 
 
-def cni_conflist() -> str:
-    """A CNI network for containerd to load: without one the Node stays NotReady ("container
-    runtime network not ready: ... cni plugin not initialized"). containerd only parses it;
-    the bridge and host-local binaries would run only for a pod sandbox, and none is created."""
+def pod_subnet(index: int) -> str:
+    """The pod addresses of the lab host numbered ``index`` (1, 2, ...): one /24 each, so no
+    two pods of the cluster share an address.
+
+    >>> pod_subnet(3)
+    '10.244.3.0/24'
+    """
+    return f"10.244.{index}.0/24"
+
+
+def cni_conflist(subnet: str = "10.244.0.0/24") -> str:
+    """The pod network: a bridge ``cni0`` in the host's own network namespace, each pod on it
+    with an address of ``subnet`` (Debian's containernetworking-plugins ``bridge`` and
+    ``host-local``, which containerd runs for every pod sandbox). Without a network config the
+    Node stays NotReady ("container runtime network not ready: ... cni plugin not
+    initialized"). Pods reach each other on the host and nothing else: there is no route
+    between hosts' pod networks and no NAT (the lab's network has none)."""
     network = {
         "cniVersion": "1.0.0",
         "name": "gpuprov-lab",
@@ -141,7 +168,7 @@ def cni_conflist() -> str:
             {
                 "type": "bridge",
                 "bridge": "cni0",
-                "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]},
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]]},
             }
         ],
     }
@@ -189,12 +216,21 @@ def install(
 
 
 def configure(
-    root: Path, node: str, kubeconfig: Path, *, port: int = 10250, healthz_port: int = 10248
+    root: Path,
+    node: str,
+    kubeconfig: Path,
+    *,
+    port: int = 10250,
+    healthz_port: int = 10248,
+    pod_subnet: str = "10.244.0.0/24",
 ) -> None:
     """Everything of ``install`` but the binary: for a host that gets ``KUBELET`` as a read-only
     bind (``systemd-nspawn --bind-ro``, as lab hosts do), so an 84 MB binary is not copied into
     every host."""
-    put(root, KUBECONFIG, json.dumps(self_contained(kubeconfig)).encode(), mode=0o600)
+    document = self_contained(kubeconfig)
+    put(root, KUBECONFIG, json.dumps(document).encode(), mode=0o600)
+    ca = document["clusters"][0]["cluster"]["certificate-authority-data"]
+    put(root, CLIENT_CA, base64.b64decode(ca))
     put(
         root,
         KUBELET_CONFIG_PATH,
@@ -203,7 +239,7 @@ def configure(
     (root / CONFIG_DIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
     for name, value in KERNEL_TUNABLES.items():
         put(root, f"{KERNEL_DIR}/{name.replace('/', '.')}", f"{value}\n".encode())
-    put(root, CNI_CONFIG, cni_conflist().encode())
+    put(root, CNI_CONFIG, cni_conflist(pod_subnet).encode())
     put(root, UNIT, unit(node).encode())
     enable(root, UNIT)
 

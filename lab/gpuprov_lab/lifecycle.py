@@ -34,6 +34,7 @@ from gpuprov_lab import (
     controlplane,
     deps,
     hosts,
+    images,
     kubebuild,
     network,
     packages,
@@ -118,6 +119,7 @@ def status(run: RunDir) -> dict[str, Any]:
         kube = {**kube, **_cluster(run, kube, [h["name"] for h in current["hosts"]])}
         if kube["api"] is not None:
             ok = ok and kube["api"] and all(n["ready"] for n in kube["nodes"])
+            ok = ok and all(c["running"] and c["healthy"] is not False for c in kube["components"])
     return {
         **current,
         "state": "up" if ok else "degraded",
@@ -132,20 +134,35 @@ def status(run: RunDir) -> dict[str, Any]:
 def _cluster(run: RunDir, kube: dict[str, Any], names: list[str]) -> dict[str, Any]:
     """The API server's view: ``api`` (it answered; None: not asked, the kubeconfig is not
     readable here), ``nodes`` (one row per lab host, a host with no Node shown as not ready),
-    ``error`` (why it did not answer)."""
+    ``components`` (``_components``), ``error`` (why it did not answer)."""
     if not os.access(run.admin_kubeconfig, os.R_OK):
         # The kubeconfig is root's (mode 0600): say so, and judge the lab without it.
         reason = f"cannot read {run.admin_kubeconfig} (root's): run `sudo gpuprov lab status`"
-        return {"api": None, "error": reason, "nodes": []}
+        return {"api": None, "error": reason, "nodes": [], "components": []}
     try:
         listed = {n["name"]: n for n in controlplane.nodes(kube["kubectl"], run.admin_kubeconfig)}
     except LabError as e:
-        return {"api": False, "error": str(e), "nodes": []}
+        return {"api": False, "error": str(e), "nodes": [], "components": _components(run, kube)}
+    components = _components(run, kube)
     missing = {"ready": False, "allocatable": {}, "registered": False}
     rows = [
         {"registered": True, **listed[n]} if n in listed else {"name": n, **missing} for n in names
     ]
-    return {"api": True, "nodes": rows}
+    return {"api": True, "nodes": rows, "components": components}
+
+
+def _components(run: RunDir, kube: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per control-plane process: ``name``, ``running`` (its pid), ``port`` and
+    ``healthy`` (the scheduler's and controller manager's ``/healthz``; None where not asked)."""
+    ports = kube.get("ports") or {}
+    rows = []
+    for name in reversed(controlplane.COMPONENTS):  # etcd first, as they start
+        running = controlplane.alive(run.kube, name)
+        healthy = None
+        if name in ("kube-scheduler", "kube-controller-manager") and name in ports:
+            healthy = running and controlplane.healthz(ports[name])
+        rows.append({"name": name, "running": running, "port": ports.get(name), "healthy": healthy})
+    return rows
 
 
 def require_root(what: str) -> None:
@@ -205,7 +222,11 @@ def _start(
     network.add_bridge()
     services.start_repo_server(run, built.www)
     services.start_stuck_mirror(run)
-    parts = _start_cluster(run, spec, binaries) if binaries is not None else None
+    parts = plane = None
+    if binaries is not None:
+        parts, plane = _start_cluster(run, spec, binaries, images.ensure(base_dir))
+        document["kube"]["ports"] = plane.ports()
+        run.write_state(document)
     hosts.ensure_inotify(len(spec))
     for host in spec:
         hosts.start(run, host, base_dir, parts)
@@ -217,18 +238,28 @@ def _start(
                 "--failed` shows why",
                 file=sys.stderr,
             )
-    if binaries is not None:
+    if plane is not None:
+        waited = time.time()
+        plane.wait_controllers()
+        print(f"controllers ready {time.time() - waited:.1f} s after the hosts", file=sys.stderr)
         _wait_nodes_ready(run, document["kube"], [h.name for h in spec])
     print(f"lab up: {len(spec)} hosts in {time.time() - started:.1f} s", file=sys.stderr)
     return document
 
 
-def _start_cluster(run: RunDir, spec: list[LabHost], binaries: dict[str, Path]) -> hosts.KubeParts:
-    """etcd and the API server on the bridge, the namespace of the device plugin's ConfigMap,
-    a kubelet kubeconfig per host; what the hosts run of it."""
+def _start_cluster(
+    run: RunDir, spec: list[LabHost], binaries: dict[str, Path], archives: list[images.Archive]
+) -> tuple[hosts.KubeParts, controlplane.ControlPlane]:
+    """etcd and the API server on the bridge, the scheduler and the controller manager
+    started, the namespace of the device plugin's ConfigMap, a kubelet kubeconfig per host;
+    what the hosts run of it, and the control plane."""
     started = time.time()
     plane = controlplane.ControlPlane(run.kube, GATEWAY)
     plane.start(binaries)
+    print(f"api server up in {time.time() - started:.1f} s", file=sys.stderr)
+    # The controllers start now and are waited for after the hosts boot: their first sync
+    # (a few seconds) overlaps the hosts' boot instead of adding to it.
+    plane.start_controllers(binaries)
     # Where `gpuprov kube apply` puts the device plugin's ConfigMap; the chart makes it in a
     # real cluster, and the lab's plugin runs as a systemd unit instead.
     made = plane.kubectl("create", "namespace", manifests.DEFAULT_NAMESPACE)
@@ -237,7 +268,8 @@ def _start_cluster(run: RunDir, spec: list[LabHost], binaries: dict[str, Path]) 
     for host in spec:
         plane.kubeconfig(run.node_kubeconfig(host.name), controlplane.node_identity(host.name))
     print(f"control plane up in {time.time() - started:.1f} s", file=sys.stderr)
-    return hosts.KubeParts(binaries["kubelet"], binaries[plugin_service.BUILD])
+    parts = hosts.KubeParts(binaries["kubelet"], binaries[plugin_service.BUILD], tuple(archives))
+    return parts, plane
 
 
 def _wait_nodes_ready(run: RunDir, kube: dict[str, Any], names: list[str]) -> None:

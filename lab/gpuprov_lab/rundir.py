@@ -119,7 +119,9 @@ class RunDir:
     def pidfiles(self) -> list[Path]:
         """Every pid file of this run: services, the control plane and each host's launcher and
         nspawn."""
-        files = [self.stuck_pid, self.repo_pid, self.kube / "etcd.pid", self.kube / "apiserver.pid"]
+        files = [self.stuck_pid, self.repo_pid]
+        files += [self.kube / f"{c}.pid" for c in ("etcd", "apiserver", "scheduler")]
+        files.append(self.kube / "controller-manager.pid")
         for host in self.host_dirs():
             files += [host.launcher_pid, host.nspawn_pid]
         return [f for f in files if f.exists()]

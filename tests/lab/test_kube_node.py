@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
+import time
 
 import pytest
+from gpuprov_lab.images import CANARY
 
 pytestmark = pytest.mark.lab
 
@@ -278,36 +280,21 @@ def _pods_on(lab, node: str) -> list[str]:
 
 
 def _bound_pod(lab, name: str, node: str, finalizers: list[str] = ()) -> None:
-    """A pod bound to ``node`` and owned by a ReplicaSet, as a workload's pods are (drain evicts
-    only such pods without --force). It never runs: no kube-controller-manager makes the
-    config map its volume needs; the kubelet still confirms its deletion."""
-    _apply(
-        lab,
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": "default", "namespace": "default"},
-        },
-    )
-    template = {
-        "metadata": {"labels": {"app": name}},
-        "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]},
+    """A pod running on ``node`` and owned by a ReplicaSet, as a workload's pods are (drain
+    evicts only such pods without --force). The pod is bound first, then a ReplicaSet of one
+    adopts it; the replacement the ReplicaSet makes once the pod is evicted names no node and
+    tolerates no pool taint, so the scheduler leaves it Pending, off the drained node."""
+    spec = {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+            {
+                "name": "c",
+                "image": CANARY,
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+            }
+        ],
     }
-    _apply(
-        lab,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "metadata": {"name": f"{name}-rs", "namespace": "default"},
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": {"app": name}},
-                "template": template,
-            },
-        },
-    )
-    uid = json.loads(lab.kubectl("get", "rs", f"{name}-rs", "-o", "json").stdout)["metadata"]["uid"]
-    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-rs", "uid": uid}
     _apply(
         lab,
         {
@@ -317,12 +304,36 @@ def _bound_pod(lab, name: str, node: str, finalizers: list[str] = ()) -> None:
                 "name": name,
                 "namespace": "default",
                 "labels": {"app": name},
-                "ownerReferences": [{**owner, "controller": True}],
                 "finalizers": list(finalizers),
             },
-            "spec": {"nodeName": node, **template["spec"]},
+            "spec": {"nodeName": node, **spec},
         },
     )
+    _apply(
+        lab,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {"name": f"{name}-rs", "namespace": "default"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+            },
+        },
+    )
+    deadline = time.monotonic() + 30
+    while not any(
+        ref.get("controller") for ref in _pod(lab, name)["metadata"].get("ownerReferences", [])
+    ):
+        assert time.monotonic() < deadline, f"ReplicaSet {name}-rs did not adopt pod {name}"
+        time.sleep(0.5)
+
+
+def _pod(lab, name: str) -> dict:
+    result = lab.kubectl("-n", "default", "get", "pod", name, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def _apply(lab, document: dict) -> None:

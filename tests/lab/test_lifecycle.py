@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gpuprov_lab import hosts, network, procs
+from gpuprov_lab import controlplane, hosts, network, procs
 from gpuprov_lab.controlplane import API_PORT
 from gpuprov_lab.kubelet_unit import KUBELET
 from gpuprov_lab.plugin_service import PLUGIN
@@ -72,8 +72,12 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     run = lab.run_dir
     pidfiles = run.pidfiles()
     pids = [procs.read(f) for f in pidfiles]
-    # repository server, stuck mirror, etcd, API server; each host's launcher and nspawn
-    assert len(pids) == 4 + 2 * len(lab.hosts) and None not in pids
+    # repository server, stuck mirror, etcd, API server, scheduler, controller manager; each
+    # host's launcher and nspawn
+    assert len(pids) == 6 + 2 * len(lab.hosts) and None not in pids
+    ports = lab.kube["ports"]
+    assert sorted(ports) == sorted([*controlplane.COMPONENTS, "etcd-peer"])
+    assert set(ports.values()) <= _listening_ports(GATEWAY) | _listening_ports("127.0.0.1")
     # Each host's kubelet and plugin, started inside the hosts (descendants of their nspawn).
     node_parts = _descendants_running([p for p in pids if p is not None], {KUBELET, PLUGIN})
     assert len(node_parts) == 2 * len(lab.hosts), node_parts
@@ -83,10 +87,15 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     assert [p for p in pids if p is not None and _running(p)] == []
     assert [p for p in node_parts if _running(p)] == []
     assert API_PORT not in _listening_ports(GATEWAY)  # the API server's port is free again
+    # and every component's (the controllers' ports are on 127.0.0.1, chosen free at start)
+    assert set(ports.values()) & _listening_ports("127.0.0.1") == set()
     assert hosts.mounts_under(run.path) == []
     assert network.leftover_namespaces() == [] and network.leftover_veths() == []
     assert not network.bridge_exists()
-    assert not run.path.exists()
+    assert not run.path.exists()  # certificates, kubeconfigs, etcd's data, logs
+    # The controllers keep their serving certificates in memory (no --cert-dir given), and the
+    # API server has its own: none of them wrote the default /var/run/kubernetes.
+    assert not Path("/var/run/kubernetes").exists()
     again = gpuprov(lab, "down")
     assert again.returncode == 0, again.stderr
     assert json.loads(gpuprov(lab, "status", "--format", "json").stdout)["state"] == "down"

@@ -277,6 +277,13 @@ class _Driver:
         # The lab's /dev/nvidia<N> nodes are numbered by index, as on a single-board host.
         _store(minor, self._gpu(device)["index"])
 
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: Any, device2: Any, level: Any) -> None:
+        # No PCIe tree is simulated: two GPUs meet at the system level, a GPU with itself at the
+        # nearest (nvml.h nvmlGpuTopologyLevel_t); the C library answers the same.
+        first, second = self._gpu(device1), self._gpu(device2)
+        same = first["index"] == second["index"]
+        _store(level, pynvml.NVML_TOPOLOGY_INTERNAL if same else pynvml.NVML_TOPOLOGY_SYSTEM)
+
     def nvmlDeviceGetCudaComputeCapability(self, device: Any, major: Any, minor: Any) -> None:
         model = self._model(self._gpu(device, (KIND_DEVICE, KIND_MIG_DEVICE)))
         if model.compute_capability == (0, 0):

@@ -551,6 +551,26 @@ static int minor_number(struct sim_state *s, uintptr_t device, unsigned *minor)
     return NVML_SUCCESS;
 }
 
+/* nvmlDeviceGetTopologyCommonAncestor: where the PCIe paths of two GPUs meet (nvml.h
+ * nvmlGpuTopologyLevel_t). The simulated machine has no PCIe tree, so every pair of GPUs meets at
+ * the farthest level, the system (NVML_TOPOLOGY_SYSTEM, across the CPU interconnect), and a GPU
+ * with itself at the nearest (NVML_TOPOLOGY_INTERNAL). NVIDIA's device plugin asks it for every
+ * pair of full GPUs before it prefers an allocation (go-gpuallocator internal/links GetP2PLink),
+ * and fails the pod's admission when it is not served. MIG devices have no PCIe path. */
+enum { NVML_TOPOLOGY_INTERNAL = 0, NVML_TOPOLOGY_SYSTEM = 50 };
+
+static int topology_common_ancestor(struct sim_state *s, uintptr_t device1, uintptr_t device2, int *level)
+{
+    struct sim_gpu *first, *second;
+    int rc = gpu_of(s, device1, 1u << KIND_DEVICE, &first);
+    if (rc == NVML_SUCCESS)
+        rc = gpu_of(s, device2, 1u << KIND_DEVICE, &second);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    STORE(level, first == second ? NVML_TOPOLOGY_INTERNAL : NVML_TOPOLOGY_SYSTEM);
+    return NVML_SUCCESS;
+}
+
 /* -- MIG mode and GPU-instance profiles ----------------------------------------------------- */
 
 static int mig_mode(struct sim_state *s, uintptr_t device, unsigned *current, unsigned *pending)
@@ -1454,6 +1474,8 @@ EXPORT int nvmlDeviceGetMemoryInfo(uintptr_t device, nvmlMemory_t *memory)
     SERVED(nvmlDeviceGetMemoryInfo, nvmlDeviceGetMemoryInfo, memory_info(s, device, memory))
 EXPORT int nvmlDeviceGetMemoryInfo_v2(uintptr_t device, nvmlMemory_v2_t *memory)
     SERVED(nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2, memory_info_v2(s, device, memory))
+EXPORT int nvmlDeviceGetTopologyCommonAncestor(uintptr_t device1, uintptr_t device2, int *level)
+    SERVED(nvmlDeviceGetTopologyCommonAncestor, nvmlDeviceGetTopologyCommonAncestor, topology_common_ancestor(s, device1, device2, level))
 
 EXPORT int nvmlDeviceGetMigMode(uintptr_t device, unsigned *current, unsigned *pending)
     SERVED(nvmlDeviceGetMigMode, nvmlDeviceGetMigMode, mig_mode(s, device, current, pending))
