@@ -3,7 +3,7 @@
  * A sandbox's first process holds the pod's namespaces for its containers and does nothing
  * else: it waits for signals, reaps any child handed to it (SIGCHLD) and ends cleanly on
  * SIGTERM or SIGINT, which is how containerd stops a sandbox before it kills it. Built static
- * by gpuprov/lab/images.py, so the image needs no libraries.
+ * by lab/gpuprov_lab/images.py, so the image needs no libraries.
  */
 #include <signal.h>
 #include <sys/wait.h>
