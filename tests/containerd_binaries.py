@@ -108,8 +108,11 @@ def state_of(main: Path, sections, binary: str | None = None) -> dict:
     if binary is not None:
         bindir = main.parent / "bin"
         bindir.mkdir(exist_ok=True)
-        if not (bindir / "containerd").exists():
-            (bindir / "containerd").symlink_to(binary)
+        link = bindir / "containerd"
+        if link.is_symlink() and os.readlink(link) != binary:
+            link.unlink()  # another binary on the same files
+        if not link.is_symlink():
+            link.symlink_to(binary)
         env["PATH"] = f"{bindir}:{env['PATH']}"
     out = subprocess.run(
         [
@@ -127,7 +130,7 @@ def state_of(main: Path, sections, binary: str | None = None) -> dict:
 
 def write_rendered(main: Path, default: bool, binary: str | None = None) -> None:
     """Write what the deploy renders for ``main`` (read by ``binary``), as the deploy would."""
-    state = state_of(main, ["version", "source"], binary)
+    state = state_of(main, ["version", "source", "imports"], binary)
     text = main.read_text() if main.exists() else None
     new_main, drop_in = hostfile.render_files(str(main), text, state, default)
     main.write_text(new_main)

@@ -21,7 +21,7 @@ from pyinfra_cli.main import cli
 from gpuprov.agent import containerd_state
 from gpuprov.catalog import find_model
 from gpuprov.hostfiles.containerd import render_files
-from gpuprov.hostfiles.documents import parse
+from gpuprov.hostfiles.documents import deep_merge, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = "deploys/gpu_node.py"
@@ -72,16 +72,22 @@ CONTAINERD_STATE = [
     "@@ containerd:source",
     "ok",
     *CONTAINERD_SOURCE.splitlines(),
+    "@@ containerd:imports",
+    "ok",
 ]
 
 
 def candidate_dump() -> list[str]:
     """What containerd 1.6 dumps for the candidate: its drop-in's CRI table replaces the
-    source's (whole-table imports; tests/test_containerd_binaries.py shows it on the binary)."""
+    source's and decodes over 1.6's defaults (here the source itself: there is no main file),
+    settings key by key, the ``runtimes`` map whole (tests/test_containerd_binaries.py shows
+    it on the binary)."""
     state = containerd_state.parse(CONTAINERD_STATE)
     _, drop_in = render_files("/etc/containerd/config.toml", None, state, True)
     dump = parse("toml", CONTAINERD_SOURCE)
-    dump["plugins"].update(parse("toml", drop_in)["plugins"])
+    [(plugin, section)] = parse("toml", drop_in)["plugins"].items()
+    dump["plugins"][plugin] = deep_merge(dump["plugins"][plugin], section)
+    dump["plugins"][plugin]["containerd"]["runtimes"] = section["containerd"]["runtimes"]
     return tomlkit.dumps(dump).splitlines()
 
 

@@ -75,7 +75,9 @@ class HostState(FactBase[State]):
             runtime = (
                 "echo '@@ host:containerd'; "
                 + containerd_state.command(
-                    containerd, containerd_drop_in_path(containerd), ("version", "source")
+                    containerd,
+                    containerd_drop_in_path(containerd),
+                    ("version", "source", "imports"),
                 )
                 + "; "
             )
