@@ -18,6 +18,7 @@ import pytest
 from gpuprov.agent import containerd_state
 from gpuprov.contract import containerd_drop_in_path
 from gpuprov.hostfiles import containerd as hostfile
+from gpuprov.hostfiles.documents import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 # GPUPROV_SHARED names another checkout's shared directory (a git worktree has none beside it).
@@ -137,3 +138,18 @@ def write_rendered(main: Path, default: bool, binary: str | None = None) -> None
     target = Path(containerd_drop_in_path(str(main)))
     target.parent.mkdir(exist_ok=True)
     target.write_text(drop_in)
+
+
+def dump_as_at(binary: str, files: Path, at: str = "/etc/containerd") -> dict:
+    """``config dump`` by ``binary`` of ``at``/config.toml with the directory ``files`` in place
+    of ``at`` (bound over it in a private mount namespace: absolute imports resolve as on the
+    host the files come from; nothing here changes)."""
+    assert Path(at).is_dir(), f"{at} must exist here to be bound over (Debian's containerd has it)"
+    script = 'set -e; mount --make-rprivate /; mount --bind "$1" "$2"; exec "$3" --config "$2/config.toml" config dump'
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", str(files), at, binary],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return parse("toml", done.stdout)
