@@ -7,9 +7,8 @@ import base64
 
 import pytest
 import tomlkit
-
-from gpuprov.hostfiles import containerd as hostfile
-from gpuprov.hostfiles.documents import parse
+from gpuprov.core.hostfiles import containerd as hostfile
+from gpuprov.core.hostfiles.documents import parse
 
 MAIN = "/etc/containerd/config.toml"
 V16 = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3"
