@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuprov.core.hostfiles import containerd as hostfile
+from gpuprov.core.hostfiles.documents import parse
 from gpuprov.host import containerd_state
 from gpuprov.host.contract import containerd_drop_in_path
 
@@ -108,8 +109,11 @@ def state_of(main: Path, sections, binary: str | None = None) -> dict:
     if binary is not None:
         bindir = main.parent / "bin"
         bindir.mkdir(exist_ok=True)
-        if not (bindir / "containerd").exists():
-            (bindir / "containerd").symlink_to(binary)
+        link = bindir / "containerd"
+        if link.is_symlink() and os.readlink(link) != binary:
+            link.unlink()  # another binary on the same files
+        if not link.is_symlink():
+            link.symlink_to(binary)
         env["PATH"] = f"{bindir}:{env['PATH']}"
     out = subprocess.run(
         [
@@ -127,10 +131,25 @@ def state_of(main: Path, sections, binary: str | None = None) -> dict:
 
 def write_rendered(main: Path, default: bool, binary: str | None = None) -> None:
     """Write what the deploy renders for ``main`` (read by ``binary``), as the deploy would."""
-    state = state_of(main, ["version", "source"], binary)
+    state = state_of(main, ["version", "source", "imports"], binary)
     text = main.read_text() if main.exists() else None
     new_main, drop_in = hostfile.render_files(str(main), text, state, default)
     main.write_text(new_main)
     target = Path(containerd_drop_in_path(str(main)))
     target.parent.mkdir(exist_ok=True)
     target.write_text(drop_in)
+
+
+def dump_as_at(binary: str, files: Path, at: str = "/etc/containerd") -> dict:
+    """``config dump`` by ``binary`` of ``at``/config.toml with the directory ``files`` in place
+    of ``at`` (bound over it in a private mount namespace: absolute imports resolve as on the
+    host the files come from; nothing here changes)."""
+    assert Path(at).is_dir(), f"{at} must exist here to be bound over (Debian's containerd has it)"
+    script = 'set -e; mount --make-rprivate /; mount --bind "$1" "$2"; exec "$3" --config "$2/config.toml" config dump'
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", str(files), at, binary],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return parse("toml", done.stdout)

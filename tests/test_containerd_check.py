@@ -29,7 +29,16 @@ CRI_ROWS = {
     V23: "TYPE ID PLATFORMS STATUS\nio.containerd.cri.v1 images - ok\n"
     "io.containerd.cri.v1 runtime linux/amd64 ok\nio.containerd.grpc.v1 cri - ok",
 }
-RUNC = {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}
+
+
+def runc_table(plugin: str) -> str:
+    """A main file's runc with ``SystemdCgroup`` (kubeadm's), under ``plugin``."""
+    return (
+        f"[plugins.{plugin}.containerd.runtimes.runc]\n"
+        '  runtime_type = "io.containerd.runc.v2"\n'
+        f"  [plugins.{plugin}.containerd.runtimes.runc.options]\n"
+        "    SystemdCgroup = true\n"
+    )
 
 
 def plan_for(tmp_path, **data):
@@ -40,47 +49,54 @@ def plan_for(tmp_path, **data):
     return build(load(str(directory / "inv.py"))).host("n1")
 
 
-def source_dump(release: str) -> dict:
-    """The config a kubeadm node runs, as that release dumps it."""
+def source_dump(release: str, main_text: str | None) -> dict:
+    """The config a node with ``main_text`` runs, as that release dumps it (cut to runc)."""
     plugin = hostfile.dump_plugin(hostfile.runtime_version(release))
+    systemd = "SystemdCgroup = true" in (main_text or "")
+    runc = {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": systemd}}
     return {
         "version": 2 if release == V16 else 3,
         "plugins": {
-            plugin: {
-                "containerd": {
-                    "default_runtime_name": "runc",
-                    "runtimes": {"runc": copy.deepcopy(RUNC)},
-                }
-            }
+            plugin: {"containerd": {"default_runtime_name": "runc", "runtimes": {"runc": runc}}}
         },
     }
 
 
 def effective(source: dict, drop_in: str, release: str) -> dict:
-    """How that release merges the drop-in (the binary tests show the real ones agree)."""
+    """How that release merges the drop-in: 1.6 replaces the CRI table with it, 2.3 merges it
+    key by key (tests/test_containerd_binaries.py runs the real ones)."""
     found = hostfile.runtime_version(release)
     plugins = parse("toml", drop_in)["plugins"]
     [section] = plugins.values()
     out = copy.deepcopy(source)
-    if found[:2] < hostfile.KEY_MERGE_FROM:
+    if found < (2,):
         out["plugins"][hostfile.dump_plugin(found)] = section
         return out
     return deep_merge(out, {"plugins": {hostfile.dump_plugin(found): section}})
 
 
 CASES = [
-    (V16, "/etc/containerd/config.toml", "version = 2\n"),
+    (
+        V16,
+        "/etc/containerd/config.toml",
+        "version = 2\n" + runc_table('"io.containerd.grpc.v1.cri"'),
+    ),
     (V16, "/opt/k8s/containerd/config.toml", "version = 2\n"),
     (V16, "/etc/containerd/config.toml", None),
     (V16, "/etc/containerd/config.toml", '[plugins.cri]\n  sandbox_image = "pause:3.10"\n'),
-    (V23, "/etc/containerd/config.toml", "version = 3\n"),
+    (V16, "/etc/containerd/config.toml", runc_table("cri")),
+    (
+        V23,
+        "/etc/containerd/config.toml",
+        "version = 3\n" + runc_table("'io.containerd.cri.v1.runtime'"),
+    ),
     (V23, "/opt/k8s/containerd/config.toml", "version = 2\n"),
 ]
 
 
 def rendered(tmp_path, release, path, main_text, default):
     plan = plan_for(tmp_path, containerd_config_path=path, container_runtime_default=default)
-    source = source_dump(release)
+    source = source_dump(release, main_text)
     state = {
         "version": {"ok": True, "text": release},
         "source": {"ok": True, "text": tomlkit.dumps(source)},
@@ -119,8 +135,9 @@ FIELD_CHANGES = {
     "runtimes.nvidia.options.BinaryName": lambda c: c["runtimes"]["nvidia"]["options"].update(
         BinaryName="/usr/sbin/runc"
     ),
-    "runtimes.nvidia.options.SystemdCgroup": lambda c: c["runtimes"]["nvidia"]["options"].pop(
-        "SystemdCgroup"
+    # The cgroup driver runc does not use (kubelet and runtime must agree, nvidia-docker#1788).
+    "runtimes.nvidia.options.SystemdCgroup": lambda c: c["runtimes"]["nvidia"]["options"].update(
+        SystemdCgroup=not dig(c, "runtimes", "runc", "options", "SystemdCgroup")
     ),
     "default_runtime_name": lambda c: c.update(default_runtime_name="runc"),
     "runtimes.nvidia": lambda c: c["runtimes"].pop("nvidia"),

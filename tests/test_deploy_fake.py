@@ -20,7 +20,7 @@ from pyinfra_cli.main import cli
 
 from gpuprov.core.catalog import find_model
 from gpuprov.core.hostfiles.containerd import render_files
-from gpuprov.core.hostfiles.documents import parse
+from gpuprov.core.hostfiles.documents import deep_merge, parse
 from gpuprov.host import containerd_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,16 +72,22 @@ CONTAINERD_STATE = [
     "@@ containerd:source",
     "ok",
     *CONTAINERD_SOURCE.splitlines(),
+    "@@ containerd:imports",
+    "ok",
 ]
 
 
 def candidate_dump() -> list[str]:
     """What containerd 1.6 dumps for the candidate: its drop-in's CRI table replaces the
-    source's (whole-table imports; tests/test_containerd_binaries.py shows it on the binary)."""
+    source's and decodes over 1.6's defaults (here the source itself: there is no main file),
+    settings key by key, the ``runtimes`` map whole (tests/test_containerd_binaries.py shows
+    it on the binary)."""
     state = containerd_state.parse(CONTAINERD_STATE)
     _, drop_in = render_files("/etc/containerd/config.toml", None, state, True)
     dump = parse("toml", CONTAINERD_SOURCE)
-    dump["plugins"].update(parse("toml", drop_in)["plugins"])
+    [(plugin, section)] = parse("toml", drop_in)["plugins"].items()
+    dump["plugins"][plugin] = deep_merge(dump["plugins"][plugin], section)
+    dump["plugins"][plugin]["containerd"]["runtimes"] = section["containerd"]["runtimes"]
     return tomlkit.dumps(dump).splitlines()
 
 

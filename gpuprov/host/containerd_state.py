@@ -9,6 +9,9 @@ read the same things the same way:
   directory with the drop-in emptied is mounted over the real one, so every path (relative
   imports, other drop-ins) resolves as containerd would resolve it and nothing on the host
   changes;
+- ``imports``: the text of each file the ``source`` dump names in its ``imports`` (containerd
+  1.x lists there every file it loaded; 2.x the import patterns, expanded here, relative ones
+  beside the main file), one ``path TAB base64`` line each: what the files themselves state;
 - ``dump``: ``config dump`` of the configuration in effect;
 - ``plugins``: the CRI rows of ``ctr plugins ls`` (containerd 2.x splits CRI into several).
 
@@ -28,7 +31,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 
 MARKER = "@@ containerd:"
-SECTIONS = ("version", "source", "dump", "plugins")
+SECTIONS = ("version", "source", "imports", "dump", "plugins")
 
 # The socket ctr must talk to: `[grpc] address`, in config version 4 (containerd 2.3) the
 # `io.containerd.server.v1.grpc` plugin's; 2.x indents its tables.
@@ -36,6 +39,25 @@ _ADDRESS = (
     r"""awk '/^[ \t]*\[(grpc|plugins\.["\047]io\.containerd\.server\.v1\.grpc["\047])\]/{g=1;next}"""
     r""" /^[ \t]*\[/{g=0} g && $1=="address"{sub(/^[^=]*=[ \t]*["\047]/,"");"""
     r""" sub(/["\047][ \t]*$/,""); print; exit}'"""
+)
+# The strings of the dump's one-line `imports = [...]`, one a line: 1.x quotes them "..." (with
+# backslash escapes), 2.x '...' (literal).
+_IMPORTS = (
+    r"""awk '/^imports = \[/{s=substr($0,12); while(s!=""){c=substr(s,1,1); s=substr(s,2);"""
+    r""" if(c=="\047"){i=index(s,"\047"); print substr(s,1,i-1); s=substr(s,i+1)}"""
+    r""" else if(c=="\""){v=""; while(s!="" && substr(s,1,1)!="\""){if(substr(s,1,1)=="\\")"""
+    r""" s=substr(s,2); v=v substr(s,1,1); s=substr(s,2)} print v; s=substr(s,2)}} exit}'"""
+)
+
+# Each entry printed by _IMPORTS, read: an absolute one globbed, a relative one tried beside the
+# main file and every file found so far (2.x lists a file's relative imports, as written, after
+# the entry that matched the file). IFS is a newline: fields split on it only, each globbed.
+_READ_IMPORTS = (
+    "nl='\n'; dirs=DIRECTORY; IFS=$nl; while IFS= read -r p; do case $p in /*) c=$p;; "
+    '*) c=; for b in $dirs; do c="$c$nl$b/$p"; done;; esac; for f in $c; do '
+    'if [ -f "$f" ]; then printf \'%s\\t%s\\n\' "$f" "$(base64 -w0 < "$f")"; '
+    'case "$nl$dirs$nl" in *"$nl${f%/*}$nl"*) ;; *) dirs="$dirs$nl${f%/*}";; esac; fi; '
+    "done; done"
 )
 
 
@@ -81,6 +103,9 @@ def command(main: str, drop_in: str, sections: Sequence[str] = SECTIONS) -> str:
             f"containerd --config {config} config dump"
         )
         parts.append(_section("source", in_namespace(inner)))
+    if "imports" in sections and "source" in sections:
+        loop = _READ_IMPORTS.replace("DIRECTORY", directory)
+        parts.append(_section("imports", f"printf '%s\\n' \"$out\" | {_IMPORTS} | {{ {loop}; }}"))
     if "dump" in sections or "plugins" in sections:
         parts.append(_section("dump", f"containerd --config {config} config dump"))
     if "plugins" in sections:

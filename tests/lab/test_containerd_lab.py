@@ -3,7 +3,9 @@ upstream 2.3.4 on another (``../shared/bin/containerd.xz``; without it only the 
 
 Deploy, then containerd itself shows the CRI plugin loaded, the main file's sandbox image and
 runc's ``SystemdCgroup`` unchanged and the nvidia runtime as runc's twin; verify exits 0; a
-second deploy changes nothing. A main file the deploy cannot merge is refused before anything
+second deploy changes nothing. Each host's deployed files, read here by 1.6.20 and by 2.3.4
+alike, keep the main file's settings and leave the rest to that release's defaults (what an
+upgrade, or a downgrade, of containerd under gpuprov's files runs with). A main file the deploy cannot merge is refused before anything
 is replaced or restarted; ``imports`` removed by hand is a finding the next deploy repairs; a
 non-default ``containerd_config_path`` deploys and verifies too.
 
@@ -12,16 +14,26 @@ Runs its own two-host lab (taken down at the end), so it is marked ``lab_down``.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import io
 import json
+import tarfile
 
 import pytest
 import tomlkit
 from gpuprov_lab.spec import default_spec
 from gpuprov_lab.testing import Lab, UserLabUp
 
+from gpuprov.core.hostfiles import containerd as hostfile
 from gpuprov.core.hostfiles.documents import dig, parse
-from tests.containerd_binaries import HOW_TO, UPSTREAM_XZ, upstream_containerd
+from tests.containerd_binaries import (
+    HOW_TO,
+    UPSTREAM_XZ,
+    debian_containerd,
+    dump_as_at,
+    upstream_containerd,
+)
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_down, pytest.mark.own_lab]
 
@@ -98,6 +110,41 @@ def test_deploy_keeps_the_nodes_settings_and_adds_runcs_twin(lab):
             for line in listed.splitlines()
         ), listed
     assert set(lab.verify_status().values()) == {"ok"}, lab.verify().stdout
+
+
+def deployed_files(lab: Lab, host: str, into) -> None:
+    """``/etc/containerd`` of ``host`` as the deploy left it, copied into the directory ``into``."""
+    packed = lab.run(host, "tar -C /etc/containerd -cf - . | base64 -w0").stdout
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(packed))) as archive:
+        archive.extractall(into, filter="data")
+
+
+@pytest.mark.parametrize("reader", ["1.6", "2.3"])
+def test_each_hosts_deployed_files_keep_the_main_file_on_either_release(lab, tmp_path, reader):
+    """The proof for an upgrade (a 1.6 host's files run by 2.3.4) and a downgrade (a 2.3 host's
+    files run by 1.6.20): against the same files without gpuprov's drop-in, only the nvidia
+    runtime changes, the main file's settings hold, and what it leaves unset is the reader's
+    default (2.x: unprivileged ports and ICMP allowed; 1.6: not)."""
+    binary = {"1.6": debian_containerd, "2.3": upstream_containerd}[reader]()
+    release = (1, 6, 20) if reader == "1.6" else (2, 3, 4)
+    lab.deploy()
+    for host in lab.names:
+        files = tmp_path / host
+        deployed_files(lab, host, files)
+        with_drop_in = dump_as_at(binary, files)
+        (files / "conf.d" / "99-nvidia.toml").unlink()
+        without = dump_as_at(binary, files)
+
+        assert hostfile.unexpected_changes(without, with_drop_in, release, True) == [], host
+        assert sandbox(with_drop_in) == "registry.k8s.io/pause:3.10", host
+        runtimes = cri(with_drop_in)["containerd"]["runtimes"]
+        assert runtimes["runc"]["options"]["SystemdCgroup"] is True, host
+        assert runtimes["nvidia"]["options"]["SystemdCgroup"] is True, host
+        assert runtimes["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+        assert cri(with_drop_in)["containerd"]["default_runtime_name"] == "nvidia", host
+        unprivileged = reader == "2.3"
+        assert cri(with_drop_in)["enable_unprivileged_ports"] is unprivileged, host
+        assert cri(with_drop_in)["enable_unprivileged_icmp"] is unprivileged, host
 
 
 def test_a_second_deploy_changes_nothing(lab):

@@ -13,7 +13,8 @@ from gpuprov.host.contract import CONTAINERD_CONFIG_PATH, containerd_drop_in_pat
 
 class ContainerdState(FactBase[dict[str, Any]]):
     """
-    containerd's release and its configuration without gpuprov's drop-in (``source``), each as
+    containerd's release, its configuration without gpuprov's drop-in (``source``) and the text
+    of the files that configuration imports (``imports``, ``path TAB base64`` lines), each as
     ``{"ok": bool, "text": str}``; more ``sections`` (``dump``, ``plugins``) when asked.
 
     .. code:: python
@@ -21,6 +22,7 @@ class ContainerdState(FactBase[dict[str, Any]]):
         {
             "version": {"ok": True, "text": "containerd github.com/containerd/containerd 1.6.20"},
             "source": {"ok": True, "text": "version = 2\\n[plugins...]..."},
+            "imports": {"ok": True, "text": "/etc/containerd/config.toml\\tdmVyc2lvbiA9IDIK"},
         }
     """
 
@@ -30,7 +32,7 @@ class ContainerdState(FactBase[dict[str, Any]]):
     def command(
         self,
         path: str = CONTAINERD_CONFIG_PATH,
-        sections: tuple[str, ...] = ("version", "source"),
+        sections: tuple[str, ...] = ("version", "source", "imports"),
     ) -> str:
         return containerd_state.command(path, containerd_drop_in_path(path), sections)
 

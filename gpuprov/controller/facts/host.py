@@ -36,8 +36,8 @@ class HostState(FactBase[State]):
     """
     The agent's probe (as ``AgentProbe``), the managed files, packages and units (as ``ManagedState``) and the GPU
     hardware (as ``GpuHardware``; ``source`` is ``"nvml"`` when it comes from the probe), and,
-    for a containerd host, containerd's release and config without gpuprov's drop-in (as
-    ``ContainerdState``).
+    for a containerd host, containerd's release, its config without gpuprov's drop-in and the
+    text of the files that config imports (as ``ContainerdState``).
 
     .. code:: python
 
@@ -75,7 +75,9 @@ class HostState(FactBase[State]):
             runtime = (
                 "echo '@@ host:containerd'; "
                 + containerd_state.command(
-                    containerd, containerd_drop_in_path(containerd), ("version", "source")
+                    containerd,
+                    containerd_drop_in_path(containerd),
+                    ("version", "source", "imports"),
                 )
                 + "; "
             )

@@ -1,21 +1,37 @@
-"""containerd: the main config's ``imports`` line and gpuprov's nvidia drop-in, written against
-the configuration containerd actually runs, and checked on the configuration it actually runs.
+"""containerd: the main config's ``imports`` line and gpuprov's nvidia drop-in, written from what
+the config files state and proven on the configuration containerd actually runs.
 
 What the deploy and verify read from the host (``gpuprov.host.containerd_state``):
 ``containerd --version``, ``config dump`` with gpuprov's drop-in left out (the *source*: the node
-as it is without gpuprov), ``config dump`` as in effect, and the CRI rows of ``ctr plugins ls``.
+as it is without gpuprov), the text of the files that dump imports, ``config dump`` as in
+effect, and the CRI rows of ``ctr plugins ls``.
 
-How an imported file merges depends on the containerd release, not on the config version:
+How an imported file merges depends on the containerd release (measured with 1.6.20 and 2.3.4):
 
-- containerd 1.x replaces a whole plugin table with the imported one (containerd/containerd#5837),
-  so the drop-in carries the full CRI section of the source plus the nvidia changes, as
-  ``nvidia-ctk runtime configure`` does;
-- containerd 2.x merges plugin tables key by key (containerd/containerd#9982, merged for 2.0);
-  NVIDIA's toolkit still treats releases before 2.1 as whole-table, and a full copy is right
-  under both rules, so only 2.1 and later get the key-level drop-in.
+- containerd 1.x loads the main file, then its imports breadth first, and each file's
+  ``plugins.<id>`` table replaces the one before it whole (containerd/containerd#5837; at v1.6.20
+  ``mergeConfig`` in services/server/config/config.go): a drop-in holding only
+  ``runtimes.nvidia`` loses the main file's ``sandbox_image``, snapshotter and runc. Inside the
+  table the plugin decodes over its defaults, tables of settings key by key but maps whole: a
+  stated ``runtimes`` drops the built-in ``runc``, a stated ``options`` holds only its own keys;
+- containerd 2.x merges key by key, in the same load order (containerd/containerd#9982;
+  ``mergeConfig`` no longer replaces plugin tables at v2.0.0); NVIDIA's toolkit still treats
+  releases before 2.1 as whole-table.
 
-The nvidia runtime is runc's twin: the default runc runtime's ``options`` (``SystemdCgroup`` on a
-kubeadm node, NVIDIA/nvidia-docker#1788) plus ``runtime_type`` and ``options.BinaryName``.
+So the drop-in restates the CRI table (the one holding ``containerd.runtimes``) as the last file
+containerd loads before it states it, never what the running release defaults to, then adds
+the nvidia runtime. Under the whole-table rule that is the table in effect; under key-level
+merging it repeats values already in effect. The same file is right under both, for any
+release, and a node upgraded from 1.x to 2.x with it in place runs on 2.x's defaults
+(nvidia-ctk copies the effective config instead, which pins the old release's defaults). When no file names any runtime, ``runc`` is restated as
+``runtime_type = "io.containerd.runc.v2"``, the built-in of 1.6 and 2.3 alike: naming ``nvidia``
+alone would drop it on 1.x.
+
+The nvidia runtime is runc's twin: runc's table as the files state it, with the options runc runs
+with (``SystemdCgroup`` on a kubeadm node, NVIDIA/nvidia-docker#1788), runc's shim and NVIDIA's
+binary. Runtime options are a protobuf message (proto3, containerd's
+api/types/runc/options/oci.proto): an option at its zero value (``""``, ``0``, ``false``) is the
+same as one left out, and the comparisons here treat it so.
 
 >>> main = read_main("/etc/containerd/config.toml", "version = 2\\n")
 >>> (main.version, main.plugin)
@@ -28,10 +44,14 @@ kubeadm node, NVIDIA/nvidia-docker#1788) plus ``runtime_type`` and ``options.Bin
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 import tomlkit
@@ -50,8 +70,6 @@ from gpuprov.host.contract import (
 
 CHECK = "container-runtime"
 RUNC = "runc"
-# From this release on, imports merge key by key (see the module docstring).
-KEY_MERGE_FROM = (2, 1)
 # The CRI plugin id in `config dump`: containerd 1.x dumps version 2, 2.x dumps version 3 or 4,
 # whose runtime settings sit in the same table as version 3's.
 _DUMP_PLUGIN = {1: CRI_PLUGIN[2], 2: CRI_PLUGIN[3]}
@@ -155,50 +173,128 @@ def runc_runtime(containerd: Mapping[str, Any]) -> dict[str, Any]:
     return dict(chosen) if isinstance(chosen, Mapping) else {}
 
 
-def nvidia_runtime(runc: Mapping[str, Any], whole: bool) -> dict[str, Any]:
-    """runc's twin: its ``options`` (the whole table when ``whole``), runc's shim and NVIDIA's
-    binary.
+def nvidia_runtime(runc: Mapping[str, Any], running: Mapping[str, Any] | None = None) -> dict:
+    """runc's twin: ``runc``'s table as stated, its options as runc runs with them
+    (``running``: runc's ``options`` in the effective config, zero values left out), runc's shim
+    and NVIDIA's binary.
 
-    >>> nvidia_runtime({"runtime_type": "io.containerd.runc.v2", "sandboxer": "podsandbox",
-    ...                 "options": {"SystemdCgroup": True}}, whole=False)
-    {'runtime_type': 'io.containerd.runc.v2', 'options': {'SystemdCgroup': True, 'BinaryName': '/usr/bin/nvidia-container-runtime'}}
+    >>> nvidia_runtime({"runtime_type": "io.containerd.runc.v2", "runtime_root": ""},
+    ...                {"SystemdCgroup": True, "IoUid": 0})
+    {'runtime_type': 'io.containerd.runc.v2', 'runtime_root': '', 'options': {'SystemdCgroup': True, 'BinaryName': '/usr/bin/nvidia-container-runtime'}}
     """
-    out = copy.deepcopy(dict(runc)) if whole else {}
+    out = copy.deepcopy(dict(runc))
     options = copy.deepcopy(dict(runc.get("options") or {}))
+    for key, value in (running or {}).items():
+        if key in options or not _is_zero(value):
+            options[key] = copy.deepcopy(value)
     options["BinaryName"] = NVIDIA_RUNTIME_BINARY
     out["runtime_type"] = NVIDIA_RUNTIME_TYPE
     out["options"] = options
     return out
 
 
-def render_drop_in(
-    main: MainFile, release: tuple[int, ...], source: Mapping[str, Any], default: bool
-) -> str:
-    """The drop-in that makes the effective config = ``source`` + the nvidia runtime (+ the
-    default runtime when ``default``) under ``release``'s merge rules.
+def load_order(main: str, documents: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """The files containerd loads for the main file ``main``, in its order: breadth first from
+    ``main``, each ``imports`` entry in turn, a pattern (an entry with ``*``) by its matches
+    sorted, a relative path beside the file naming it, a file seen before skipped
+    (``LoadConfig`` and ``resolveImports`` in containerd's server/config/config.go, the same in
+    v1.6.20 and v2.3.4). ``documents`` holds each file's parsed text; a pattern matches only
+    among them (the files the host showed); KeyError names a file it lacks or holds as None.
 
-    ``source`` is the parsed ``config dump`` of the host without gpuprov's drop-in.
+    >>> load_order("/c/config.toml", {"/c/config.toml": {"imports": ["/c/d/*.toml", "x.toml"]},
+    ...     "/c/d/b.toml": {}, "/c/d/a.toml": {"imports": ["/c/y.toml"]}, "/c/x.toml": {},
+    ...     "/c/y.toml": {}})
+    ['/c/config.toml', '/c/d/a.toml', '/c/d/b.toml', '/c/x.toml', '/c/y.toml']
     """
-    cri = dig(source, "plugins", dump_plugin(release))
-    containerd = dig(cri, "containerd")
-    if not isinstance(containerd, Mapping):
-        raise Refused(
-            f"{main.path}: containerd {'.'.join(map(str, release))} shows no CRI plugin "
-            f"section ({dump_plugin(release)}) in its config dump; is CRI disabled?"
-        )
-    whole = tuple(release[:2]) < KEY_MERGE_FROM
-    twin = nvidia_runtime(runc_runtime(containerd), whole)
-    if whole:
-        section = copy.deepcopy(dict(cri))
-        section["containerd"] = dict(section["containerd"])
-        section["containerd"]["runtimes"] = {
-            **(section["containerd"].get("runtimes") or {}),
-            NVIDIA_RUNTIME: twin,
-        }
-    else:
-        section = {"containerd": {"runtimes": {NVIDIA_RUNTIME: twin}}}
+    order: list[str] = []
+    pending = [main]
+    while pending:
+        path = pending.pop(0)
+        if path in order:
+            continue
+        order.append(path)
+        document = documents[path]
+        if document is None:
+            raise KeyError(path)
+        for entry in document.get("imports") or []:
+            if "*" in entry:
+                pending += sorted(
+                    (p for p in documents if PurePosixPath(p).match(entry)),
+                    key=lambda p: p.split("/"),
+                )
+            else:
+                pending.append(posixpath.normpath(posixpath.join(posixpath.dirname(path), entry)))
+    return order
+
+
+def stated_table(main: MainFile, imported: Mapping[str, str | None]) -> dict[str, Any]:
+    """The CRI table (``main.plugin``) as the last file containerd loads before gpuprov's drop-in
+    states it ({} when none does); ``imported``: the text of the other files (the state's
+    ``imports`` section). Refused names a file gpuprov could not read."""
+    ours = containerd_drop_in_path(main.path)
+    documents: dict[str, Mapping[str, Any] | None] = {main.path: main.document, ours: {}}
+    unreadable: dict[str, str] = {}
+    for path, text in imported.items():
+        if path in documents:
+            continue
+        try:
+            documents[path] = parse("toml", text) if text is not None else None
+        except ParseError as e:
+            documents[path], unreadable[path] = None, str(e)
+        if text is None:
+            unreadable[path] = "not UTF-8 text"
+    try:
+        order = load_order(main.path, documents)
+    except KeyError as e:
+        [path] = e.args
+        why = unreadable.get(path, "which gpuprov cannot read")
+        raise Refused(f"{main.path}: containerd imports {path}, {why}") from None
+    tables = [dig(documents[p], "plugins", main.plugin) for p in order]
+    stated = [t for t in tables if isinstance(t, Mapping)]
+    return copy.deepcopy(dict(stated[-1])) if stated else {}
+
+
+def render_drop_in(
+    main: MainFile,
+    stated: Mapping[str, Any],
+    running: Mapping[str, Any] | None,
+    default: bool,
+) -> str:
+    """The drop-in: the ``stated`` CRI table (see ``stated_table``) plus runc's twin (runc's
+    effective ``running`` options, see ``nvidia_runtime``) and, when ``default``, nvidia as the
+    default runtime.
+
+    >>> print(render_drop_in(read_main("/etc/containerd/config.toml", "version = 2\\n"),
+    ...                      {}, {"SystemdCgroup": False}, default=True), end="")
+    # nvidia runtime for containerd, written by gpuprov.
+    # Imported by /etc/containerd/config.toml; rewritten by every deploy.
+    version = 2
+    <BLANKLINE>
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "nvidia"
+    <BLANKLINE>
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    <BLANKLINE>
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+    runtime_type = "io.containerd.runc.v2"
+    <BLANKLINE>
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+    BinaryName = "/usr/bin/nvidia-container-runtime"
+    """
+    section = copy.deepcopy(dict(stated))
+    containerd = dict(section.get("containerd") or {})
+    runtimes = containerd.get("runtimes")
+    runtimes = (
+        dict(runtimes)
+        if isinstance(runtimes, Mapping)
+        else {RUNC: {"runtime_type": NVIDIA_RUNTIME_TYPE}}
+    )
+    twin = nvidia_runtime(runc_runtime({**containerd, "runtimes": runtimes}), running)
+    containerd["runtimes"] = {**runtimes, NVIDIA_RUNTIME: twin}
     if default:
-        section["containerd"]["default_runtime_name"] = NVIDIA_RUNTIME
+        containerd["default_runtime_name"] = NVIDIA_RUNTIME
+    section["containerd"] = containerd
     document = tomlkit.document()
     document.add(tomlkit.comment("nvidia runtime for containerd, written by gpuprov."))
     document.add(tomlkit.comment(f"Imported by {main.path}; rewritten by every deploy."))
@@ -208,9 +304,28 @@ def render_drop_in(
     return tomlkit.dumps(document)
 
 
+def imported_texts(section: Mapping[str, Any] | None) -> dict[str, str | None]:
+    """``{path: text}`` from the state's ``imports`` section (None for a text that is not
+    base64 of UTF-8).
+
+    >>> imported_texts({"ok": True, "text": "/etc/containerd/conf.d/10-a.toml\\tdmVyc2lvbiA9IDIK"})
+    {'/etc/containerd/conf.d/10-a.toml': 'version = 2\\n'}
+    """
+    out: dict[str, str | None] = {}
+    for line in ((section or {}).get("text") or "").splitlines():
+        path, _, data = line.partition("\t")
+        path = posixpath.normpath(path)
+        try:
+            out[path] = base64.b64decode(data, validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            out[path] = None
+    return out
+
+
 def render(plan, main_text: str | None, state: Mapping[str, Any]) -> tuple[str, str]:
     """(main file, drop-in) the deploy writes for ``plan``, from the main file's text and the
-    host's ``state`` (``version`` and ``source`` sections); Refused names the file and why."""
+    host's ``state`` (``version``, ``source`` and ``imports`` sections); Refused names the file
+    and why."""
     settings = plan.settings
     return render_files(
         settings["containerd_config_path"],
@@ -241,8 +356,21 @@ def render_files(
         dumped = parse("toml", source["text"])
     except ParseError as e:
         raise Refused(f"{path}: containerd's config dump is not TOML: {e}") from None
+    containerd = dig(dumped, "plugins", dump_plugin(release), "containerd")
+    if not isinstance(containerd, Mapping):
+        raise Refused(
+            f"{path}: containerd {'.'.join(map(str, release))} shows no CRI plugin "
+            f"section ({dump_plugin(release)}) in its config dump; is CRI disabled?"
+        )
+    imports = state.get("imports")
+    if imports is not None and not imports.get("ok"):
+        raise Refused(
+            f"{path}: cannot read the files containerd imports: {last_line(imports.get('text'))}"
+        )
+    stated = stated_table(main, imported_texts(imports))
+    running = runc_runtime(containerd).get("options")
     return render_main(main, containerd_drop_in_glob(path)), render_drop_in(
-        main, release, dumped, default
+        main, stated, running if isinstance(running, Mapping) else None, default
     )
 
 
@@ -250,7 +378,16 @@ def runtime_problems(
     effective: Mapping[str, Any], release: tuple[int, ...], default: bool
 ) -> list[tuple[str, str, str]]:
     """(key, expected, found) for each way ``effective`` (a parsed dump) lacks the nvidia
-    runtime as planned: runc's twin with NVIDIA's binary, and the default when planned."""
+    runtime as planned: runc's twin (runc's shim, each option as runc has it, one at zero the
+    same as one left out) with NVIDIA's binary, and the default when planned.
+
+    >>> runtime_problems({"plugins": {"io.containerd.grpc.v1.cri": {"containerd": {"runtimes": {
+    ...     "runc": {"options": {"SystemdCgroup": True, "IoUid": 0}},
+    ...     "nvidia": {"runtime_type": "io.containerd.runc.v2", "options": {
+    ...         "BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": False}}}}}}},
+    ...     (1, 6, 20), default=False)
+    [('runtimes.nvidia.options.SystemdCgroup', 'true', 'false')]
+    """
     containerd = dig(effective, "plugins", dump_plugin(release), "containerd")
     if not isinstance(containerd, Mapping):
         return [("CRI plugin section", dump_plugin(release), "missing")]
@@ -258,14 +395,21 @@ def runtime_problems(
     if not isinstance(nvidia, Mapping):
         return [("runtimes.nvidia", "runc's twin with NVIDIA's binary", "missing")]
     problems = []
-    want = nvidia_runtime(runc_runtime(containerd), whole=False)
-    for key, value in [("runtime_type", want["runtime_type"])] + [
-        (f"options.{k}", v) for k, v in want["options"].items()
-    ]:
+    runc = runc_runtime(containerd).get("options") or {}
+    options = nvidia.get("options") if isinstance(nvidia.get("options"), Mapping) else {}
+    want = {"runtime_type": NVIDIA_RUNTIME_TYPE, "options.BinaryName": NVIDIA_RUNTIME_BINARY}
+    for key in sorted(set(runc) | set(options)):  # runc's, each (or left out when at zero)
+        if key != "BinaryName":
+            want[f"options.{key}"] = runc.get(key)
+    for key, value in want.items():
         got = dig(nvidia, *key.split("."))
+        if (got is None or _is_zero(got)) and (value is None or _is_zero(value)):
+            continue
         if got != value or type(got) is not type(value):
             shown = "unset" if got is None else scalar(got)
-            problems.append((f"runtimes.nvidia.{key}", scalar(value), shown))
+            problems.append(
+                (f"runtimes.nvidia.{key}", "unset" if value is None else scalar(value), shown)
+            )
     got = containerd.get("default_runtime_name")
     if default and got != NVIDIA_RUNTIME:
         problems.append(("default_runtime_name", scalar(NVIDIA_RUNTIME), scalar(got)))
@@ -280,6 +424,9 @@ def unexpected_changes(
 ) -> list[str]:
     """The dotted keys where the ``candidate`` dump differs from ``source`` other than by the
     planned nvidia changes, plus what the nvidia runtime lacks; [] when the candidate is safe.
+    A runtime option at its zero value and one left out are the same (see the module docstring):
+    containerd 1.x dumps its built-in runc with every option at zero, and runc restated by the
+    drop-in with none.
 
     >>> src = {"plugins": {"io.containerd.grpc.v1.cri": {"sandbox_image": "pause:3.10",
     ...        "containerd": {"default_runtime_name": "runc", "runtimes": {"runc": {}}}}}}
@@ -301,6 +448,8 @@ def unexpected_changes(
         runtimes = dig(document, "plugins", plugin, "containerd", "runtimes")
         if isinstance(runtimes, dict):
             runtimes.pop(NVIDIA_RUNTIME, None)
+            for runtime in runtimes.values():
+                _drop_zero_options(runtime)
     if default and isinstance(dig(expected, "plugins", plugin, "containerd"), dict):
         expected["plugins"][plugin]["containerd"]["default_runtime_name"] = NVIDIA_RUNTIME
     flat_expected, flat_got = _flatten(expected), _flatten(got)
@@ -382,6 +531,20 @@ def check(plan, files: Mapping[str, str | None], state: Mapping[str, Any] | None
 
 
 _ABSENT = object()
+
+
+def _is_zero(value: Any) -> bool:
+    """A protobuf scalar at its default: ``""``, ``0`` or ``false``."""
+    return isinstance(value, (str, int, float)) and not value
+
+
+def _drop_zero_options(runtime: Any) -> None:
+    """Leave out a runtime's options at zero (and its ``options`` when none is left)."""
+    if not isinstance(runtime, dict) or not isinstance(runtime.get("options"), dict):
+        return
+    runtime["options"] = {k: v for k, v in runtime["options"].items() if not _is_zero(v)}
+    if not runtime["options"]:
+        del runtime["options"]
 
 
 def last_line(text: str | None) -> str:
