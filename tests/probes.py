@@ -1,32 +1,50 @@
 """Probe documents of hosts that match their plan, built from the plan and the file modules'
-own render (containerd's files as nvidia-ctk writes them), and the kubelet's checkpoint as the
-real kubelet writes it once NVIDIA's plugin registered the planned resources."""
+own render (containerd's files as nvidia-ctk writes them), the packages and units as the deploy
+leaves them on a Debian host, and the kubelet's checkpoint as the real kubelet writes it once
+NVIDIA's plugin registered the planned resources."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import socket
 from pathlib import Path
 
+from gpuprov.core.checks import units
 from gpuprov.core.checks.host import wanted_files
-from gpuprov.core.hostfiles import device_plugin, kubelet, mig_layout, mig_unit, mps_root
+from gpuprov.core.hostfiles import (
+    apt_preferences,
+    apt_source,
+    device_plugin,
+    kubelet,
+    mig_layout,
+    mig_unit,
+    mps_root,
+    nouveau_blacklist,
+)
+from gpuprov.core.packaging import planned
 from gpuprov.core.plan import HostPlan
 from gpuprov.host.contract import (
+    APT_PIN_PATH,
     CRI_PLUGIN,
     KUBELET_DEVICE_PLUGIN_DIR,
     KUBELET_SOCKET_NAME,
     MIG_LAYOUT_PATH,
     MIG_UNIT_PATH,
     MPS_TMPFILES_PATH,
+    NOUVEAU_BLACKLIST_PATH,
+    OS_RELEASE_PATH,
     PROBE_SCHEMA,
     containerd_drop_in_glob,
     containerd_drop_in_path,
     device_plugin_socket,
+    file_record_path,
 )
 from tests import containerd_states
 
 A100 = "NVIDIA A100-SXM4-80GB"
+DEBIAN = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_CODENAME=bookworm\n'
 
 
 def matching_probe(plan: HostPlan) -> dict:
@@ -43,9 +61,7 @@ def matching_probe(plan: HostPlan) -> dict:
         f'[plugins."{cri}".containerd.runtimes.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n'
         f'  options = {{BinaryName = "/usr/bin/nvidia-container-runtime"}}\n'
     )
-    if plan.mode == "mig":
-        files[MIG_LAYOUT_PATH] = mig_layout.render(plan)
-        files[MIG_UNIT_PATH] = mig_unit.render(plan)
+    files.update(driver_and_mig_files(plan))
     if mps_root.root(plan):
         files[MPS_TMPFILES_PATH] = mps_root.render(plan)
         files[mps_root.root(plan)] = mps_root.DIRECTORY
@@ -79,7 +95,68 @@ def matching_probe(plan: HostPlan) -> dict:
         ],
         "files": files,
         "kubelet_devices": kubelet_devices(plan),
+        "packages": installed_packages(plan),
+        "units": unit_states(plan),
     }
+
+
+def driver_and_mig_files(plan: HostPlan) -> dict[str, str | None]:
+    """The files at fixed paths as the deploy leaves them: the host's /etc/os-release (Debian)
+    where it chooses the driver's source, the apt sources, keyrings and pin file, the nouveau
+    blacklist, and on a ``mig`` host the layout and boot unit with gpuprov's records of them
+    (absent elsewhere)."""
+    files: dict[str, str | None] = {MIG_LAYOUT_PATH: None, MIG_UNIT_PATH: None}
+    if plan.mode == "mig":
+        for path, text in (
+            (MIG_LAYOUT_PATH, mig_layout.render(plan)),
+            (MIG_UNIT_PATH, mig_unit.render(plan)),
+        ):
+            files[path] = text
+            files[file_record_path(path)] = f"{hashlib.sha1(text.encode()).hexdigest()}  {path}\n"
+    if OS_RELEASE_PATH in wanted_files(plan).files:
+        files[OS_RELEASE_PATH] = DEBIAN
+    files[APT_PIN_PATH] = apt_preferences.render(plan, "debian")
+    if nouveau_blacklist.wanted(plan):
+        files[NOUVEAU_BLACKLIST_PATH] = nouveau_blacklist.render(plan)
+    for repo in apt_source.repositories(plan.settings):
+        files[repo.source_path] = apt_source.render(repo)
+        if repo.keyring_path:
+            files[repo.keyring_path] = repo.key_data().decode(errors="replace")
+    return files
+
+
+def unit_states(plan: HostPlan) -> dict[str, dict[str, str]]:
+    """The probe's ``units`` section as the deploy leaves the host: the driver's services enabled
+    and running, the MIG boot unit enabled (a oneshot, inactive after boot) on a ``mig`` host
+    and absent elsewhere."""
+    return {
+        unit: {
+            "enabled": "enabled" if want.enabled else "",
+            "active": "active" if want.running else "inactive" if want.enabled else "",
+        }
+        for unit, want in units.wanted(plan).items()
+    }
+
+
+def debian_version(planned_version: str) -> str:
+    """The Debian version a Debian host installs for a planned upstream (or Debian) version."""
+    return planned_version if "-" in planned_version else f"{planned_version}-1"
+
+
+def installed_packages(plan: HostPlan) -> dict[str, dict]:
+    """The probe's ``packages`` section of a Debian host as the deploy leaves it: the planned
+    driver's and toolkit's packages at the planned versions, held."""
+    out = {}
+    settings = plan.settings
+    if settings["driver_version"]:
+        _, driver = planned.driver_packages(settings, "debian")
+        version = debian_version(driver.version)
+        out.update({name: {"version": version, "held": True} for name in driver.exact})
+        out.update({name: {"version": "535.171.04-1~deb12u1", "held": True} for name in driver.own})
+    toolkit = settings["container_toolkit_version"]
+    for name in planned.toolkit_packages(settings):
+        out[name] = {"version": debian_version(toolkit), "held": True}
+    return out
 
 
 def gpu_uuid(index: int) -> str:

@@ -12,14 +12,14 @@ import textwrap
 import pytest
 from gpuprov_lab.sim import state as sim_state
 from plans import plan_for
-from probes import matching_probe
+from probes import driver_and_mig_files, installed_packages, matching_probe, unit_states
 
 from gpuprov.cli.verify import hosts_summary, verify_report
 from gpuprov.controller.readback import unreachable
 from gpuprov.core.checks.host import compare, wanted_files
 from gpuprov.core.findings import Finding
 from gpuprov.core.plan import HostPlan
-from gpuprov.host.contract import MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
+from gpuprov.host.contract import APT_PIN_PATH, MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
 from tests import containerd_states
 from tests.probes import kubelet_devices, kubelet_directory
 
@@ -74,7 +74,8 @@ def gpu(
 
 
 def probe(gpus: list[dict], files: dict, plan: HostPlan | None = None) -> dict:
-    """A probe document; with ``plan``, the kubelet has registered exactly its resources."""
+    """A probe document; with ``plan``, the kubelet has registered exactly its resources, and
+    the driver's and MIG files, the packages and units are as the deploy leaves them."""
     document = {
         "schema": PROBE_SCHEMA,
         "nvml": "ok",
@@ -87,6 +88,9 @@ def probe(gpus: list[dict], files: dict, plan: HostPlan | None = None) -> dict:
     }
     if plan is not None:
         document["kubelet_devices"] = kubelet_devices(plan)
+        document["files"] = {**driver_and_mig_files(plan), **files}
+        document["packages"] = installed_packages(plan)
+        document["units"] = unit_states(plan)
     return document
 
 
@@ -135,8 +139,6 @@ def host_files(plugin: str | None, max_pods: int) -> dict:
         DEVICE_PLUGIN: plugin,
         KUBELET: kubelet_conf(110),
         f"{KUBELET_DIR}/50-gpuprov.conf": kubelet_conf(max_pods),
-        MIG_LAYOUT_PATH: None,
-        "/etc/systemd/system/gpuprov-mig.service": None,
         "/etc/tmpfiles.d/gpuprov-mps.conf": None,
         CONTAINERD: CONTAINERD_MAIN,
         CONTAINERD_DROP_IN: NVIDIA_DROP_IN,
@@ -543,6 +545,7 @@ def test_driver_version_is_checked_only_when_pinned(tmp_path, whole):
         "535.183.01",
     )
     unpinned = plan_for(tmp_path, "whole_card", driver_version=None)
+    observed["files"][APT_PIN_PATH] = None  # nothing to pin: the deploy removes the file
     assert compare(unpinned, observed) == []
 
 
@@ -678,7 +681,13 @@ def generated(tmp_path, mode: str, **data):
         ).stdout
         # containerd's own reading of its config is tested with the binaries
         # (tests/test_containerd_check.py); this host's containerd matches its plan.
-        return {**json.loads(out), "containerd": copy.deepcopy(containerd_states.MATCHING)}
+        document = {**json.loads(out), "containerd": copy.deepcopy(containerd_states.MATCHING)}
+        # The files at fixed paths (/etc/apt, /etc/modprobe.d, /etc/gpuprov), the packages and
+        # the units the probe would read here are this machine's: as the deploy leaves a host.
+        document["files"].update(driver_and_mig_files(plan))
+        document["packages"] = installed_packages(plan)
+        document["units"] = unit_states(plan)
+        return document
 
     return plan, state, observe
 
@@ -730,4 +739,6 @@ def test_an_mps_host_as_the_deploy_leaves_it_verifies_and_a_time_sliced_one_does
         ("device-plugin", "sharing: timeSlicing"),
         ("mps", "missing"),
         ("mps", "missing"),
+        ("package", "not installed"),
     ]
+    assert "nvidia-cuda-mps 535.261.03-*" in [f.expected for f in findings]

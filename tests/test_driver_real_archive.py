@@ -16,11 +16,11 @@ from types import SimpleNamespace
 import pytest
 from gpuprov_lab.base import mirror
 
-from gpuprov.controller.facts.packages import parse_packages
 from gpuprov.controller.operations.packages import install_specs, resolution, targets
 from gpuprov.core.hostfiles import apt_preferences
 from gpuprov.core.packaging.profiles import driver_packages, profile
 from gpuprov.host.contract import APT_PIN_PATH
+from gpuprov.host.packages import parse as parse_packages
 
 HOST = "controller"
 DEBIAN = "/usr/share/keyrings/debian-archive-keyring.gpg"

@@ -8,6 +8,9 @@ import subprocess
 from gpuprov.controller.facts.files import FileStates
 from gpuprov.controller.facts.managed import ManagedState
 from gpuprov.controller.facts.packages import PackageStates
+from gpuprov.controller.facts.units import UnitStates
+from gpuprov.host import packages as dpkg
+from gpuprov.host import units as systemd_units
 
 
 def run(command: str) -> list[str]:
@@ -54,3 +57,15 @@ def test_snapshot_sections_line_up(tmp_path):
     assert snapshot["files"][str(path)]["text"] == "x\n"
     assert snapshot["packages"] == {}
     assert snapshot["units"] == {}
+
+
+def test_the_probe_reads_packages_and_units_with_the_deploys_own_commands():
+    fact = PackageStates()
+    states = fact.process(run(fact.command(["dpkg", "gpuprov-no-such-package"])))
+    assert dpkg.read(["dpkg", "gpuprov-no-such-package"]) == {
+        "dpkg": {"version": states["dpkg"]["version"], "held": states["dpkg"]["held"]}
+    }
+    units = UnitStates()
+    expected = units.process(run(units.command(["gpuprov-no-such.service"])))
+    assert systemd_units.read(["gpuprov-no-such.service"]) == expected
+    assert expected == {"gpuprov-no-such.service": {"enabled": "", "active": ""}}

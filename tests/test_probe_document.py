@@ -92,6 +92,11 @@ def good() -> dict:
             "/etc/huge.toml": {"error": "larger than 1 MiB"},
         },
         "containerd": {"version": {"release": "2.0.0"}},
+        "packages": {
+            "nvidia-driver": {"version": "535.261.03-1", "held": True},
+            "nvidia-smi": {"version": None, "held": True},
+        },
+        "units": {"gpuprov-mig.service": {"enabled": "enabled", "active": "inactive"}},
     }
 
 
@@ -192,6 +197,42 @@ CASES = {
     ),
     "containerd is a list": (lambda d: d.update(containerd=[]), "containerd: a list, not"),
     "too many GPUs": (lambda d: d.update(gpus=[{}] * 1025), "gpus: 1025 entries, more than 1024"),
+    "packages is a list": (lambda d: d.update(packages=[]), "packages: a list, not a JSON object"),
+    "a held that is a string": (
+        lambda d: d["packages"]["nvidia-driver"].update(held="yes"),
+        'packages["nvidia-driver"].held: "yes" is not true or false',
+    ),
+    "a version that is a number": (
+        lambda d: d["packages"]["nvidia-driver"].update(version=535),
+        'packages["nvidia-driver"].version: 535 is not a string of at most 64 characters or null',
+    ),
+    "a version of a megabyte": (
+        lambda d: d["packages"]["nvidia-driver"].update(version="1" * 2**20),
+        'packages["nvidia-driver"].version: "111',
+    ),
+    "a package without its hold": (
+        lambda d: d["packages"]["nvidia-driver"].pop("held"),
+        'packages["nvidia-driver"]: missing held',
+    ),
+    "an empty package name": (
+        lambda d: d["packages"].update({"": {"version": None, "held": False}}),
+        'packages[""]: not a name',
+    ),
+    "too many packages": (
+        lambda d: d.update(
+            packages={f"p{n}": {"version": None, "held": False} for n in range(4097)}
+        ),
+        "packages: 4097 entries, more than 4096",
+    ),
+    "a unit state that is a list": (
+        lambda d: d["units"]["gpuprov-mig.service"].update(enabled=["enabled"]),
+        'units["gpuprov-mig.service"].enabled: a list is not a string',
+    ),
+    "a unit with an unknown key": (
+        lambda d: d["units"]["gpuprov-mig.service"].update(since="boot"),
+        'units["gpuprov-mig.service"]: unknown key "since"',
+    ),
+    "units is a string": (lambda d: d.update(units="all"), "units: a string, not a JSON object"),
 }
 
 
@@ -199,6 +240,13 @@ CASES = {
 def test_each_break_of_the_schema_is_named(change, problem):
     problems = edited(change)
     assert any(p.startswith(problem) for p in problems), problems
+
+
+def test_a_section_the_probe_could_not_read_is_its_error_not_a_schema_problem():
+    document = good()
+    document["packages"] = {"error": "no dpkg-query on this host"}
+    document["units"] = {"error": "no systemctl on this host"}
+    assert schema_problems(document) == []
 
 
 def test_a_malformed_document_is_findings_and_never_a_document():

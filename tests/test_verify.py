@@ -23,13 +23,15 @@ from gpuprov.controller.facts.probe import AgentProbe
 from gpuprov.controller.inventory import load
 from gpuprov.core.checks.host import probe_command
 from gpuprov.core.plan import build
-from gpuprov.host.contract import KUBELET_DEVICE_PLUGIN_DIR, SIM_ENV
+from gpuprov.host.contract import KUBELET_DEVICE_PLUGIN_DIR, MIG_UNIT, SIM_ENV
 from tests.containerd_binaries import (
     debian_containerd,
     node_main,
     running_containerd,
     write_rendered,
 )
+from tests.host_root import interpreter
+from tests.probes import driver_and_mig_files, installed_packages
 
 # mig-parted's all-balanced layout; on an A100-80GB the plan puts 2g@0, 1g@2, 1g@3, 3g@4.
 PLANNED_GIS = "14:0,19:2,19:3,9:4"
@@ -59,6 +61,9 @@ class SimHost:
         self.device_plugin = self.root / "device-plugin" / "config.yaml"
         self.kubelet_dir = self.root / "kubelet.conf.d"
         self.containerd = self.root / "containerd" / "config.toml"
+        # Its /etc and /var/lib over this machine's (tests/host_root.py): a path without spaces.
+        self.host_root = root / "host-root"
+        self.python = self.host_root / "python"
 
     def write(self, name: str = "@local", **data) -> None:
         data = {
@@ -67,7 +72,9 @@ class SimHost:
             "driver_version": "535.261.03",
             "mig_layout": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},
             "gpuprov_agent_path": str(self.agent),
-            "gpuprov_python": sys.executable,
+            "gpuprov_python": str(self.python),
+            # No systemd runs here to keep nvidia-persistenced running.
+            "driver_persistenced": False,
             "device_plugin_config_path": str(self.device_plugin),
             "kubelet_config_path": str(self.root / "kubelet.yaml"),
             "kubelet_config_dir": str(self.kubelet_dir),
@@ -91,6 +98,14 @@ class SimHost:
         # runs Debian's containerd on it, so the probe reads what containerd itself reports.
         node_main(self.containerd.parent)
         write_rendered(self.containerd, default=True)
+        # The files at fixed paths, the packages and the MIG unit as the deploy leaves them.
+        plan = build(load(str(self.inventory))).host("@local")
+        interpreter(
+            self.host_root,
+            driver_and_mig_files(plan),
+            installed_packages(plan),
+            [MIG_UNIT] if plan.mode == "mig" else [],
+        )
 
     def gpus(self) -> None:
         sim_state.write_new(str(self.state), sim_state.new_state("A100-80GB", 2, seed="verify"))
@@ -163,6 +178,30 @@ def test_a_drifted_file_is_found_through_the_probe(host):
     assert [(f["check"], f["found"]) for f in found] == [
         ("device-plugin", 'flags.migStrategy: "single"'),
         ("kubelet-max-pods", f"maxPods 300 ({host.kubelet_dir}/90-site.conf)"),
+    ]
+
+
+def test_what_the_deploy_put_at_fixed_paths_is_read_back_through_the_probe(host):
+    upper = host.host_root / "upper"
+    (upper / "etc/apt/preferences.d/gpuprov-nvidia.pref").unlink()
+    (upper / "etc/gpuprov/mig-layout.json").unlink()
+    (upper / "etc/systemd/system/multi-user.target.wants" / MIG_UNIT).unlink()
+    status = upper / "var/lib/dpkg/status"
+    status.write_text(status.read_text().replace("Status: hold ok", "Status: install ok", 1))
+    found = findings(host.inventory)
+    assert [(f["check"], f["expected"], f["found"]) for f in found] == [
+        (
+            "package-hold",
+            "nvidia-driver held (apt-mark hold)",
+            "nvidia-driver 535.261.03-1 not held",
+        ),
+        ("unit", f"{MIG_UNIT} enabled at boot", f"{MIG_UNIT} disabled"),
+        (
+            "mig-layout",
+            "/etc/gpuprov/mig-layout.json as planned",
+            "missing (removed after the deploy wrote it)",
+        ),
+        ("apt-pin", "/etc/apt/preferences.d/gpuprov-nvidia.pref", "missing"),
     ]
 
 

@@ -40,11 +40,34 @@ from gpuprov.host.contract import PROBE_FILE_MAX_BYTES
     help="Include each GPU's ECC, row remapping and retired pages, and the kernel log's XIDs "
     "(docs/health.md).",
 )
-def probe(files: tuple[str, ...], globs: tuple[str, ...], fmt: str, health: bool) -> None:
+@click.option(
+    "--package",
+    "packages",
+    multiple=True,
+    metavar="NAME",
+    help="Include this Debian package's installed version and hold (repeatable; a dpkg-query "
+    "pattern such as 'nvidia-*' adds every match).",
+)
+@click.option(
+    "--unit",
+    "units",
+    multiple=True,
+    metavar="UNIT",
+    help="Include whether this systemd unit is enabled and active (repeatable).",
+)
+def probe(
+    files: tuple[str, ...],
+    globs: tuple[str, ...],
+    fmt: str,
+    health: bool,
+    packages: tuple[str, ...],
+    units: tuple[str, ...],
+) -> None:
     """Print NVML's view of this host (driver, GPUs, MIG instances) as gpuprov.probe/v1 JSON.
 
     Exits 0 even without a driver: the document says why NVML is unavailable.
     """
     argv = [f"--file={path}" for path in files] + [f"--glob={pattern}" for pattern in globs]
     argv += ["--health"] if health else []
+    argv += [f"--package={name}" for name in packages] + [f"--unit={unit}" for unit in units]
     sys.exit(host_probe.main([*argv, f"--format={fmt}"]))

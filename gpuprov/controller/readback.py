@@ -43,6 +43,8 @@ from gpuprov.core.checks.host import (
     kubelet_devices_dir,
     probe_command,
     wanted_files,
+    wanted_packages,
+    wanted_units,
 )
 from gpuprov.core.findings import Finding
 from gpuprov.core.plan import HostPlan
@@ -71,8 +73,8 @@ def unreachable(host: str, reason: str, hint: str) -> Finding:
 def fact_arguments(plan: HostPlan, health: bool = True) -> dict[str, Any]:
     """The ``VerifyProbe`` arguments for one host: its agent, interpreter, wanted files, on
     containerd hosts the main config whose effective result the probe reads, whether it reads
-    the GPUs' health, and the kubelet's device-plugin directory (unless
-    ``verify_kubelet_devices`` is off)."""
+    the GPUs' health, the kubelet's device-plugin directory (unless
+    ``verify_kubelet_devices`` is off), and the packages and units the deploy manages."""
     wanted = wanted_files(plan)
     return {
         "agent_path": plan.settings["gpuprov_agent_path"],
@@ -82,6 +84,8 @@ def fact_arguments(plan: HostPlan, health: bool = True) -> dict[str, Any]:
         "containerd": containerd_main(plan),
         "health": health,
         "kubelet_devices": kubelet_devices_dir(plan),
+        "packages": list(wanted_packages(plan)),
+        "units": list(wanted_units(plan)),
     }
 
 

@@ -355,3 +355,13 @@ def apt_source_path(repo: str) -> str:
     '/etc/apt/sources.list.d/gpuprov-nvidia-driver.sources'
     """
     return posixpath.join(APT_SOURCES_DIR, f"{repo}.sources")
+
+
+def file_record_path(dest: str) -> str:
+    """The record of ``dest`` as gpuprov last wrote it (its ``sha1sum`` line): present while
+    the file is gpuprov's, gone once the deploy removed the file.
+
+    >>> file_record_path("/etc/docker/daemon.json")
+    '/var/lib/gpuprov/files/etc/docker/daemon.json.sha1'
+    """
+    return f"{FILE_RECORDS_DIR}{dest}.sha1"

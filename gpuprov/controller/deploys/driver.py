@@ -14,81 +14,40 @@ from gpuprov.controller.limits import reboot_limit
 from gpuprov.controller.operations.packages import installed, pending, pinned, resolution, targets
 from gpuprov.controller.operations.units import service
 from gpuprov.core.hostfiles import apt_preferences, apt_source, nouveau_blacklist
-from gpuprov.core.packaging import profiles
+from gpuprov.core.packaging import planned, profiles
 from gpuprov.core.packaging.profiles import DriverPackages, Profile
 from gpuprov.core.packaging.versions import upstream
 from gpuprov.host.contract import (
     APT_PIN_PATH,
     DRIVER_REPO,
-    FABRIC_MANAGER_UNIT,
     NOUVEAU_BLACKLIST_PATH,
     OS_RELEASE_PATH,
-    PERSISTENCED_UNIT,
-    SHARING_MPS,
 )
-
-
-def source(view: HostView) -> Profile:
-    """The package source of the host's driver (ProfileError when there is none)."""
-    distribution = profiles.os_release_id(view.text(OS_RELEASE_PATH))
-    return profiles.select(view.settings["driver_source"], distribution)
 
 
 def packages(view: HostView) -> tuple[Profile, DriverPackages]:
     """The host's source and the planned driver's packages on it (ProfileError when the source
     cannot give what the plan asks for)."""
-    settings = view.settings
-    chosen = source(view)
-    return chosen, profiles.driver_packages(
-        chosen,
-        settings["driver_version"],
-        settings["driver_persistenced"],
-        settings["driver_fabric_manager"],
-        uses_mps(settings),
-    )
-
-
-def uses_mps(settings: dict) -> bool:
-    """Whether the host shares its GPUs with MPS: then it needs the driver's MPS binaries (the
-    chart's MPS control daemon runs the host's nvidia-cuda-mps-control)."""
-    return settings.get("sharing_strategy") == SHARING_MPS
-
-
-def units(settings: dict) -> list[str]:
-    return ([PERSISTENCED_UNIT] if settings["driver_persistenced"] else []) + (
-        [FABRIC_MANAGER_UNIT] if settings["driver_fabric_manager"] else []
-    )
+    distribution = profiles.os_release_id(view.text(OS_RELEASE_PATH))
+    return planned.driver_packages(view.settings, distribution)
 
 
 def watch(settings: dict) -> Watch:
     """The pin file always (it may have to go); with a planned driver, every package name and
     installed-package pattern of its possible sources (the host's /etc/os-release may choose)."""
     out = Watch(paths=(APT_PIN_PATH,))
-    version = settings["driver_version"]
-    if version is None:
+    if settings["driver_version"] is None:
         return out
     named = settings["driver_source"]
-    candidates = [profiles.profile(named)] if named else list(profiles.profiles().values())
-    names: dict[str, None] = {}
-    for candidate in candidates:
-        era = candidate.era(profiles.branch_of(version))
-        fields = {"branch": profiles.branch_of(version), "version": version}
-        wanted = profiles.driver_packages(
-            candidate, version, settings["driver_persistenced"], mps=uses_mps(settings)
-        )
-        names.update(dict.fromkeys(wanted.names))
-        if era.fabric_manager:
-            names[era.fabric_manager.format(**fields)] = None
-        names.update(dict.fromkeys(profiles.installed_patterns(candidate)))
     out += Watch(
         paths=(NOUVEAU_BLACKLIST_PATH,) + (() if named else (OS_RELEASE_PATH,)),
         read=() if named else (OS_RELEASE_PATH,),
-        packages=tuple(names),
-        units=tuple(units(settings)),
+        packages=planned.driver_names(settings),
+        units=tuple(planned.driver_units(settings)),
     )
-    planned = apt_source.repository(settings, DRIVER_REPO)
-    if planned:
-        out += repo.watch(planned)
+    repository = apt_source.repository(settings, DRIVER_REPO)
+    if repository:
+        out += repo.watch(repository)
     return out
 
 
@@ -140,9 +99,9 @@ def driver(view: HostView) -> None:
     if version is None:
         return
     chosen, wanted = packages(view)  # pre-flight has refused a host where this fails
-    planned = repo.planned(view, DRIVER_REPO)
-    if planned:
-        repo.repository(view, planned)
+    repository = repo.planned(view, DRIVER_REPO)
+    if repository:
+        repo.repository(view, repository)
 
     ensure_file(
         view, "blacklist nouveau", NOUVEAU_BLACKLIST_PATH, nouveau_blacklist.render(view.plan)
@@ -165,7 +124,7 @@ def driver(view: HostView) -> None:
             _timeout=settings["gpuprov_timeout_packages"],
         )
 
-    wanted_units = units(settings)
+    wanted_units = planned.driver_units(settings)
     if any(
         view.units.get(u, {}).get("enabled") != "enabled"
         or view.units.get(u, {}).get("active") != "active"

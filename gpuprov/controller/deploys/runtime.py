@@ -15,6 +15,7 @@ from gpuprov.controller.operations.units import restarted
 from gpuprov.core.hostfiles import apt_source
 from gpuprov.core.hostfiles import containerd as containerd_file
 from gpuprov.core.hostfiles import docker as daemon_file
+from gpuprov.core.packaging import planned
 from gpuprov.core.packaging.profiles import TOOLKIT_PACKAGES, TOOLKIT_REVISION
 from gpuprov.host.contract import (
     DOCKER_DAEMON_PATH,
@@ -26,10 +27,10 @@ from gpuprov.host.contract import (
 
 
 def watch(settings: dict) -> Watch:
-    out = Watch(packages=TOOLKIT_PACKAGES if settings["container_toolkit_version"] else ())
-    planned = apt_source.repository(settings, TOOLKIT_REPO)
-    if planned:
-        out += repo.watch(planned)
+    out = Watch(packages=planned.toolkit_packages(settings))
+    repository = apt_source.repository(settings, TOOLKIT_REPO)
+    if repository:
+        out += repo.watch(repository)
     if settings["container_runtime"] == "containerd":
         main = settings["containerd_config_path"]
         return out + Watch(paths=(containerd_drop_in_path(main), main), read=(main,))
@@ -41,9 +42,9 @@ def container_runtime(view: HostView) -> None:
     settings = view.settings
     version = settings["container_toolkit_version"]
     if version:
-        planned = repo.planned(view, TOOLKIT_REPO)
-        if planned:
-            repo.repository(view, planned)
+        repository = repo.planned(view, TOOLKIT_REPO)
+        if repository:
+            repo.repository(view, repository)
         # Without a repository of its own the toolkit comes from the driver's source (or from
         # the host's own sources). Unresolved here: the operation resolves when it runs.
         resolved = resolution(view.packages, TOOLKIT_PACKAGES, version, TOOLKIT_REVISION)

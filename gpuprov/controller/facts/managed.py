@@ -12,9 +12,11 @@ from pyinfra.api import FactBase
 from typing_extensions import override
 
 from gpuprov.controller.facts.files import FileState, files_command, parse_files
-from gpuprov.controller.facts.packages import PackageState, packages_command, parse_packages
 from gpuprov.controller.facts.sections import split_sections
-from gpuprov.controller.facts.units import UnitState, parse_units, units_command
+from gpuprov.host import packages as dpkg
+from gpuprov.host import units as systemd_units
+from gpuprov.host.packages import PackageState
+from gpuprov.host.units import UnitState
 
 _SECTIONS = ("files", "packages", "units")
 
@@ -55,12 +57,12 @@ class ManagedState(FactBase[Managed]):
             # dpkg-query is absent on non-Debian hosts; the section then stays empty.
             parts += [
                 "echo '@@ packages'",
-                f"if command -v dpkg-query >/dev/null; then {packages_command(packages)}; fi",
+                f"if command -v dpkg-query >/dev/null; then {dpkg.command(packages)}; fi",
             ]
         if units:
             parts += [
                 "echo '@@ units'",
-                f"if command -v systemctl >/dev/null; then {units_command(units)}; fi",
+                f"if command -v systemctl >/dev/null; then {systemd_units.command(units)}; fi",
             ]
         return "; ".join(p for p in parts if p)
 
@@ -69,6 +71,6 @@ class ManagedState(FactBase[Managed]):
         sections = split_sections(output, "@@ ", _SECTIONS)
         return Managed(
             files=parse_files(sections["files"]),
-            packages=parse_packages(sections["packages"]),
-            units=parse_units(sections["units"]),
+            packages=dpkg.parse(sections["packages"]),
+            units=systemd_units.parse(sections["units"]),
         )

@@ -109,19 +109,24 @@ class VerifyProbe(AgentProbe):
     """
     ``AgentProbe`` plus, on a containerd host, what containerd says about its config: the
     ``containerd`` section (release, effective ``config dump``, CRI rows of ``ctr plugins ls``;
-    ``gpuprov.host.containerd_state``), and what the kubelet registered from device plugins:
-    the ``kubelet_devices`` section (its checkpoint's text and the sockets beside it), all read
-    in the same round trip.
+    ``gpuprov.host.containerd_state``), what the kubelet registered from device plugins:
+    the ``kubelet_devices`` section (its checkpoint's text and the sockets beside it), and the
+    ``packages`` and ``units`` sections (dpkg's and systemd's view, with the commands of
+    ``PackageStates`` and ``UnitStates``), all read in the same round trip.
 
     + containerd: containerd's main config (``containerd_config_path``); None for docker hosts
     + health: also read each GPU's health (NVML error counters, the kernel log's XIDs)
     + kubelet_devices: the kubelet's device-plugin directory; None to leave the section out
+    + packages: Debian package names or dpkg-query patterns: installed version and hold
+    + units: systemd units: enabled and active
 
     .. code:: python
 
         {..., "kubelet_devices": {"directory": "/var/lib/kubelet/device-plugins",
                                   "checkpoint": '{"Data": {...}, "Checksum": 3764097439}',
-                                  "sockets": ["kubelet.sock", "nvidia-gpu.shared.sock"]}}
+                                  "sockets": ["kubelet.sock", "nvidia-gpu.shared.sock"]},
+              "packages": {"nvidia-driver": {"version": "535.216.03-2~bpo12+1", "held": True}},
+              "units": {"gpuprov-mig.service": {"enabled": "enabled", "active": "inactive"}}}
     """
 
     @override
@@ -134,10 +139,16 @@ class VerifyProbe(AgentProbe):
         containerd: str | None = None,
         health: bool = False,
         kubelet_devices: str | None = None,
+        packages: Sequence[str] = (),
+        units: Sequence[str] = (),
     ) -> StringCommand:
         extra = ["--containerd", QuoteString(containerd)] if containerd else []
         if health:
             extra.append("--health")
         if kubelet_devices:
             extra += ["--kubelet-devices", QuoteString(kubelet_devices)]
+        for name in packages:
+            extra += ["--package", QuoteString(name)]
+        for unit in units:
+            extra += ["--unit", QuoteString(unit)]
         return self._command(agent_path, python, files, globs, extra)

@@ -1,37 +1,13 @@
-"""Enablement and activity of named systemd units, in one command."""
+"""Enablement and activity of named systemd units (``gpuprov.host.units``, the command the
+probe runs too)."""
 
 from __future__ import annotations
-
-import shlex
-from collections.abc import Sequence
-from typing import TypedDict
 
 from pyinfra.api import FactBase
 from typing_extensions import override
 
-
-class UnitState(TypedDict):
-    enabled: str  # `systemctl is-enabled`: enabled, disabled, static, masked, "" (no such unit)
-    active: str  # `systemctl is-active`: active, inactive, failed, activating, ...
-
-
-def units_command(units: Sequence[str]) -> str:
-    # One line per unit, even for a unit that does not exist (is-enabled then prints nothing).
-    return "; ".join(
-        f"printf '%s\\t%s\\t%s\\n' {shlex.quote(u)} "
-        f'"$(systemctl is-enabled {shlex.quote(u)} 2>/dev/null)" '
-        f'"$(systemctl is-active {shlex.quote(u)} 2>/dev/null)"'
-        for u in units
-    )
-
-
-def parse_units(lines: Sequence[str]) -> dict[str, UnitState]:
-    out: dict[str, UnitState] = {}
-    for line in lines:
-        fields = line.split("\t")
-        if len(fields) == 3:
-            out[fields[0]] = UnitState(enabled=fields[1], active=fields[2])
-    return out
+from gpuprov.host import units as systemd_units
+from gpuprov.host.units import UnitState
 
 
 class UnitStates(FactBase[dict[str, UnitState]]):
@@ -54,8 +30,8 @@ class UnitStates(FactBase[dict[str, UnitState]]):
 
     @override
     def command(self, units: list[str]) -> str:
-        return units_command(units)
+        return systemd_units.command(units)
 
     @override
     def process(self, output: list[str]) -> dict[str, UnitState]:
-        return parse_units(output)
+        return systemd_units.parse(output)

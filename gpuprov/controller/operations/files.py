@@ -23,14 +23,9 @@ from pyinfra.api.util import format_text
 from pyinfra.operations.util.files import generate_color_diff
 
 from gpuprov.controller.facts.files import FileState, FileStates
-from gpuprov.host.contract import FILE_RECORDS_DIR
+from gpuprov.host.contract import file_record_path
 
 OWNER = "root"
-
-
-def record_path(dest: str) -> str:
-    """``/etc/docker/daemon.json`` -> ``/var/lib/gpuprov/files/etc/docker/daemon.json.sha1``."""
-    return f"{FILE_RECORDS_DIR}{dest}.sha1"
 
 
 def temp_path(dest: str) -> str:
@@ -52,7 +47,7 @@ def is_current(current: FileState | None, content: bytes, mode: str) -> bool:
 
 def commit(dest: str, mode: str, validate: str | None = None) -> StringCommand:
     """Move the uploaded temp file over ``dest``: owner, mode, check, backup, rename, record."""
-    t, d, r = (shlex.quote(p) for p in (temp_path(dest), dest, record_path(dest)))
+    t, d, r = (shlex.quote(p) for p in (temp_path(dest), dest, file_record_path(dest)))
     lines = [f"chown {OWNER}:{OWNER} {t}", f"chmod {_octal(mode)} {t}"]
     if validate:
         check = validate.format(path=t)
@@ -65,7 +60,7 @@ def commit(dest: str, mode: str, validate: str | None = None) -> StringCommand:
         f"if [ -e {d} ] && ! sha1sum -c --status {r} 2>/dev/null; "
         f"then {_backup(d, move=False)}; fi",
         f"mv -f {t} {d}",
-        f"mkdir -p {shlex.quote(posixpath.dirname(record_path(dest)))}",
+        f"mkdir -p {shlex.quote(posixpath.dirname(file_record_path(dest)))}",
         f"sha1sum {d} > {r}",
     ]
     return StringCommand("set -e; " + "; ".join(lines))
@@ -73,7 +68,7 @@ def commit(dest: str, mode: str, validate: str | None = None) -> StringCommand:
 
 def remove(dest: str) -> StringCommand:
     """Remove ``dest``; a file gpuprov did not write is moved aside instead."""
-    d, r = shlex.quote(dest), shlex.quote(record_path(dest))
+    d, r = shlex.quote(dest), shlex.quote(file_record_path(dest))
     return StringCommand(
         f"if [ -e {d} ]; then if sha1sum -c --status {r} 2>/dev/null; "
         f"then rm -f {d}; else {_backup(d, move=True)}; fi; fi; rm -f {r}"

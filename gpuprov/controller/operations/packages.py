@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from gpuprov.controller.facts.packages import PackageState, PackageStates
+from gpuprov.controller.facts.packages import PackageStates
 from gpuprov.controller.limits import APT_OPTIONS
 from gpuprov.controller.operations.refuse import refuse
 from gpuprov.core.packaging.profiles import DriverPackages
 from gpuprov.core.packaging.resolve import Resolution, resolve
+from gpuprov.host.packages import PackageState
 
 # pyinfra's apt.packages uses the same non-interactive switches; keep the admin's conffiles.
 APT_INSTALL = (

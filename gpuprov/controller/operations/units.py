@@ -10,6 +10,7 @@ from pyinfra.api import StringCommand, operation
 from gpuprov.controller.facts.managed import ManagedState
 from gpuprov.controller.facts.units import UnitStates
 from gpuprov.controller.operations.files import remove
+from gpuprov.host.units import ABSENT, ENABLED
 
 
 @operation()
@@ -31,7 +32,7 @@ def service(units: list[str], enabled: bool = True, running: bool | None = True)
     changed = False
     for unit in units:
         state = current.get(unit, {"enabled": "", "active": ""})
-        is_enabled = state["enabled"] in ("enabled", "enabled-runtime", "static", "alias")
+        is_enabled = state["enabled"] in ENABLED
         if is_enabled != enabled:
             yield StringCommand("systemctl", "enable" if enabled else "disable", shlex.quote(unit))
             changed = True
@@ -78,10 +79,10 @@ def absent(unit: str, path: str):
     snapshot = host.get_fact(ManagedState, paths=[path], units=[unit])
     state = snapshot["units"].get(unit, {"enabled": "", "active": ""})
     exists = snapshot["files"].get(path) is not None
-    if not exists and state["enabled"] in ("", "not-found") and state["active"] != "active":
+    if not exists and state["enabled"] in ABSENT and state["active"] != "active":
         host.noop(f"{unit} already absent")
         return
-    if state["enabled"] not in ("", "not-found") or state["active"] == "active":
+    if state["enabled"] not in ABSENT or state["active"] == "active":
         yield StringCommand("systemctl", "disable", "--now", shlex.quote(unit))
     if exists:
         yield remove(path)

@@ -1,9 +1,12 @@
 """Plan + observed host state -> findings: the thin orchestration of verify's checks.
 
 ``observed`` is a host's probe document (``gpuprov.probe/v1``) with the ``files`` that
-``wanted_files(plan)`` named. It is checked against its schema first (``gpuprov.core.checks.probe_document``);
-then the GPUs (``gpuprov.core.checks.gpus``) and each managed file (one module per file in
-``gpuprov/core/hostfiles/``, each ``check(plan, files)``) are compared. A check that fails on input it
+``wanted_files(plan)`` named and the ``packages`` and ``units`` the deploy manages. It is checked
+against its schema first (``gpuprov.core.checks.probe_document``); then the GPUs
+(``gpuprov.core.checks.gpus``), each managed file (one module per file in
+``gpuprov/core/hostfiles/``, each ``check(plan, files)``; ``FILE_CHECKS`` lists every one), the
+packages (``gpuprov.core.checks.packages``) and the units (``gpuprov.core.checks.units``) are
+compared: what the deploy writes, installs or enables, verify reads back. A check that fails on input it
 did not foresee becomes a finding for that host, so one host never aborts the fleet's report, and
 a host is "ok" only when every check ran and found nothing.
 
@@ -20,11 +23,21 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuprov.core.checks import gpus, kubelet_devices
+from gpuprov.core.checks import gpus, kubelet_devices, packages, units
 from gpuprov.core.checks import health as health_check
 from gpuprov.core.checks.probe_document import ProbeDocument, missing_files, read
 from gpuprov.core.findings import Finding
-from gpuprov.core.hostfiles import Wanted, device_plugin, kubelet, mig_layout, mig_unit, mps_root
+from gpuprov.core.hostfiles import (
+    Wanted,
+    apt_preferences,
+    apt_source,
+    device_plugin,
+    kubelet,
+    mig_layout,
+    mig_unit,
+    mps_root,
+    nouveau_blacklist,
+)
 from gpuprov.core.hostfiles import containerd as containerd_file
 from gpuprov.core.hostfiles import docker as docker_file
 from gpuprov.core.hostfiles.documents import one_line
@@ -63,7 +76,9 @@ def _runtime_check(plan: HostPlan, probe: ProbeDocument) -> list[Finding]:
     return docker_file.check(plan, probe.files)
 
 
-# Each managed file's check, in report order, with what the probe must read for it.
+# Each managed file's check, in report order, with what the probe must read for it: every module
+# of gpuprov/core/hostfiles/ with a ``check`` (tests/test_verify_reads_back.py fails on one that
+# verify never runs).
 FILE_CHECKS: tuple[tuple[str, Callable[[HostPlan], Wanted], FileCheck], ...] = (
     ("device plugin config", device_plugin.paths, _files(device_plugin.check)),
     ("MPS root", mps_root.paths, _files(mps_root.check)),
@@ -71,6 +86,9 @@ FILE_CHECKS: tuple[tuple[str, Callable[[HostPlan], Wanted], FileCheck], ...] = (
     ("container runtime config", _runtime_paths, _runtime_check),
     ("MIG layout file", mig_layout.paths, _files(mig_layout.check)),
     ("MIG boot unit", mig_unit.paths, _files(mig_unit.check)),
+    ("apt sources", apt_source.paths, _files(apt_source.check)),
+    ("apt pin file", apt_preferences.paths, _files(apt_preferences.check)),
+    ("nouveau blacklist", nouveau_blacklist.paths, _files(nouveau_blacklist.check)),
 )
 
 
@@ -82,10 +100,20 @@ def wanted_files(plan: HostPlan) -> Wanted:
     >>> wanted_files(plan).globs                                # doctest: +SKIP
     ('/etc/kubernetes/kubelet.conf.d/*.conf', '/etc/containerd/conf.d/*.toml')
     """
-    wanted = Wanted()
+    wanted = packages.paths(plan)
     for _, paths, _ in FILE_CHECKS:
         wanted += paths(plan)
     return wanted
+
+
+def wanted_packages(plan: HostPlan) -> tuple[str, ...]:
+    """The packages (names and dpkg-query patterns) the probe reads (``--package``)."""
+    return packages.names(plan)
+
+
+def wanted_units(plan: HostPlan) -> tuple[str, ...]:
+    """The systemd units the probe reads (``--unit``)."""
+    return tuple(units.wanted(plan))
 
 
 def probe_command(plan: HostPlan, health: bool = True) -> str:
@@ -106,6 +134,10 @@ def probe_command(plan: HostPlan, health: bool = True) -> str:
         words.append("--health")
     if kubelet_devices_dir(plan):
         words += ["--kubelet-devices", kubelet_devices_dir(plan)]
+    for name in wanted_packages(plan):
+        words += ["--package", name]
+    for unit in wanted_units(plan):
+        words += ["--unit", unit]
     return shlex.join(words)
 
 
@@ -120,16 +152,17 @@ def compare(plan: HostPlan, observed: Any, health: bool = True) -> list[Finding]
     )
     if probe is None:
         return findings
+    command = probe_command(plan, health)
     findings += _guarded(plan, "GPU", lambda: gpus.check(plan, probe))
     if health:
         findings += _guarded(plan, "GPU health", lambda: health_check.check(plan, probe))
     if kubelet_devices_dir(plan):
         findings += _guarded(
-            plan,
-            "kubelet devices",
-            lambda: kubelet_devices.check(plan, probe, probe_command(plan, health)),
+            plan, "kubelet devices", lambda: kubelet_devices.check(plan, probe, command)
         )
-    missing = missing_files(plan.name, probe, wanted_files(plan), probe_command(plan, health))
+    findings += _guarded(plan, "packages", lambda: packages.check(plan, probe, command))
+    findings += _guarded(plan, "units", lambda: units.check(plan, probe, command))
+    missing = missing_files(plan.name, probe, wanted_files(plan), command)
     if missing or probe.files is None:
         # Unread files would look absent, and "absent" passes some checks: no file verdict
         # without the files.

@@ -52,6 +52,8 @@ _TOP_OPTIONAL = {
     "containerd",
     "kubelet_devices",
     "health",
+    "packages",
+    "units",
 }
 _KUBELET_DEVICES = ("directory", "checkpoint", "sockets")
 # A socket name is one directory entry: NAME_MAX of Linux file systems.
@@ -72,6 +74,13 @@ MAX_XIDS = 64  # KERNEL_LOG_MAX_XIDS_PER_GPU with room; bounds the work a docume
 MAX_XID_CODE = 65535
 MAX_COUNT = 2**53  # counts are exact JSON integers
 MAX_PATH = 4096
+# The packages and units sections: dpkg's and systemd's view (gpuprov.host.packages, units).
+MAX_PACKAGES = 4096  # the planned names and the matches of their patterns, with room
+MAX_UNITS = 64
+MAX_NAME = 255  # a Debian package or systemd unit name is one file name (NAME_MAX)
+MAX_STATE = 64  # a Debian version (dpkg has no limit; real ones are < 64) or a systemctl word
+_PACKAGE = {"version": (str, type(None)), "held": (bool,)}
+_UNIT = {"enabled": (str,), "active": (str,)}
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,10 @@ class ProbeDocument:
     health: Mapping[str, Any] | None = None
     # {"directory", "checkpoint": text | None | {"error"}, "sockets": [names] | None | {"error"}}
     kubelet_devices: Mapping[str, Any] | None = None
+    # {name: {"version": str | None, "held": bool}} or {"error": why}; None when not read
+    packages: Mapping[str, Any] | None = None
+    # {unit: {"enabled": str, "active": str}} or {"error": why}; None when not read
+    units: Mapping[str, Any] | None = None
 
 
 def read(
@@ -149,6 +162,8 @@ def read(
         containerd=document.get("containerd"),
         health=document.get("health"),
         kubelet_devices=document.get("kubelet_devices"),
+        packages=document.get("packages"),
+        units=document.get("units"),
     ), []
 
 
@@ -276,6 +291,37 @@ class _Schema:
             self.health(doc["health"], indices)
         if "kubelet_devices" in doc:
             self.kubelet_devices(doc["kubelet_devices"])
+        if "packages" in doc:
+            self.states("packages", doc["packages"], _PACKAGE, MAX_PACKAGES)
+        if "units" in doc:
+            self.states("units", doc["units"], _UNIT, MAX_UNITS)
+
+    def states(
+        self, where: str, section: Any, fields: Mapping[str, tuple[type, ...]], most: int
+    ) -> None:
+        """A name -> state section (``packages``, ``units``), or ``{"error": why}``."""
+        if _unread(section):
+            return
+        if not isinstance(section, Mapping):
+            self.fail(where, f"{kind(section)}, not a JSON object")
+            return
+        if len(section) > most:
+            self.fail(where, f"{len(section)} entries, more than {most}")
+            return
+        for name, state in section.items():
+            at = f"{where}[{shown(name)}]"
+            if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+                self.fail(at, "not a name")
+                continue
+            if not self.keys(at, state, tuple(fields)):
+                continue
+            for key, types in fields.items():
+                value = state.get(key)
+                if key in state and (
+                    not isinstance(value, types)
+                    or (isinstance(value, str) and len(value) > MAX_STATE)
+                ):
+                    self.fail(f"{at}.{key}", f"{shown(value)} is not {_spelled(types)}")
 
     def health(self, health: Any, indices: set) -> None:
         """The ``health`` section: one entry per GPU of ``gpus``, readings of the right shape."""
@@ -423,6 +469,11 @@ class _Schema:
             return
         for path, text in files.items():
             self.file_entry(f"files[{shown(path)}]", text)
+
+
+def _spelled(types: tuple[type, ...]) -> str:
+    names = {str: f"a string of at most {MAX_STATE} characters", bool: "true or false"}
+    return " or ".join(names.get(t, "null") for t in types)
 
 
 def _unread(entry: Any) -> bool:

@@ -17,7 +17,7 @@ from gpuprov.core.errors import shown
 from gpuprov.core.findings import Finding
 from gpuprov.core.hostfiles import Wanted
 from gpuprov.core.plan import HostPlan
-from gpuprov.host.contract import MIG_LAYOUT_PATH, MIG_LAYOUT_SCHEMA
+from gpuprov.host.contract import MIG_LAYOUT_PATH, MIG_LAYOUT_SCHEMA, file_record_path
 from gpuprov.host.mig.layout import GpuLayout, LayoutError, MigLayout, loads, slots_text
 
 CHECK = "mig-layout"
@@ -37,8 +37,33 @@ def from_plan(plan: HostPlan) -> MigLayout:
 
 
 def paths(plan: HostPlan) -> Wanted:
-    """The files the probe must read for ``check``: the layout on every host (a leftover counts)."""
-    return Wanted(files=(MIG_LAYOUT_PATH,))
+    """The files the probe must read for ``check``: the layout on every host (a leftover counts)
+    and, on a ``mig`` host, gpuprov's record of it (``missing`` tells from it whether the file
+    was removed after the deploy wrote it)."""
+    return Wanted(files=(MIG_LAYOUT_PATH,) + recorded(plan, MIG_LAYOUT_PATH))
+
+
+def recorded(plan: HostPlan, path: str) -> tuple[str, ...]:
+    """The record of a MIG-host file ``path`` (``file_record_path``), on a ``mig`` host."""
+    return (file_record_path(path),) if plan.mode == "mig" else ()
+
+
+def missing(plan: HostPlan, path: str, files: dict[str, Any], check: str, why: str) -> Finding:
+    """The finding for a MIG-host file ``path`` that a ``mig`` host lacks: drift whether or not
+    the deploy ever wrote it, since ``why`` (what the next reboot loses) holds either way. The
+    record of the file (kept while the file is gpuprov's, removed with it by the deploy) tells
+    which: a record without its file is a file removed behind gpuprov's back.
+
+    >>> missing(plan, MIG_LAYOUT_PATH, {}, CHECK, "...").found           # doctest: +SKIP
+    'missing (the deploy has not written it)'
+    """
+    removed = files.get(file_record_path(path)) is not None
+    found = (
+        "missing (removed after the deploy wrote it)"
+        if removed
+        else ("missing (the deploy has not written it)")
+    )
+    return Finding(plan.name, None, check, f"{path} as planned", found, f"run the deploy: {why}")
 
 
 def render(plan: HostPlan) -> str:
@@ -78,9 +103,10 @@ def check(plan: HostPlan, files: dict[str, Any]) -> list[Finding]:
         return leftover(plan, MIG_LAYOUT_PATH, text)
     hint = "run the deploy (the boot unit would apply the old layout)"
     if text is None:
-        # Not written yet (the deploy has not run the MIG step); the MIG state itself is compared
-        # GPU by GPU from NVML, so an absent file hides nothing that is running.
-        return []
+        # What runs now is compared GPU by GPU from NVML, but the boot unit rebuilds the
+        # instances from this file: without it the next reboot leaves the GPUs without them.
+        why = "without this file the boot unit cannot rebuild the MIG instances after a reboot"
+        return [missing(plan, MIG_LAYOUT_PATH, files, CHECK, why)]
     if not isinstance(text, str):  # the probe's {"error": why} marker
         why = f"not read: {_marker(text)}"
         return [Finding(host, None, CHECK, f"the planned layout in {MIG_LAYOUT_PATH}", why, hint)]

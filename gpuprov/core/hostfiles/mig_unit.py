@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from gpuprov.core.findings import Finding
 from gpuprov.core.hostfiles import Wanted
-from gpuprov.core.hostfiles.mig_layout import leftover
+from gpuprov.core.hostfiles.mig_layout import leftover, missing, recorded
 from gpuprov.core.templates import render as render_template
 from gpuprov.host.contract import MIG_LAYOUT_PATH, MIG_UNIT, MIG_UNIT_PATH
 
@@ -28,8 +28,9 @@ Directives = dict[tuple[str, str], tuple[str, ...]]
 
 
 def paths(plan: HostPlan) -> Wanted:
-    """The files the probe must read for ``check``: the unit on every host (a leftover counts)."""
-    return Wanted(files=(MIG_UNIT_PATH,))
+    """The files the probe must read for ``check``: the unit on every host (a leftover counts)
+    and, on a ``mig`` host, gpuprov's record of it."""
+    return Wanted(files=(MIG_UNIT_PATH,) + recorded(plan, MIG_UNIT_PATH))
 
 
 def render(plan: HostPlan) -> str:
@@ -67,7 +68,8 @@ def check(plan: HostPlan, files: dict[str, object]) -> list[Finding]:
         return leftover(plan, MIG_UNIT_PATH, found)
     hint = f"run the deploy (it rewrites {MIG_UNIT} as planned)"
     if found is None:
-        return []  # not written yet: as for the layout file (mig_layout.check)
+        why = f"without {MIG_UNIT} a reboot leaves the GPUs without their MIG instances"
+        return [missing(plan, MIG_UNIT_PATH, files, CHECK, why)]
     if not isinstance(found, str):  # the probe's {"error": why} marker
         return [
             Finding(

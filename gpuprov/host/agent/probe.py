@@ -11,7 +11,10 @@ Schema ``gpuprov.probe/v1`` (docs/architecture.md). The GPUs come from
 larger than ``PROBE_FILE_MAX_BYTES``, 1 MiB, or not a regular file). With
 ``--kubelet-devices DIR`` the ``kubelet_devices`` section holds the kubelet's device-manager
 checkpoint (read the same way, up to ``KUBELET_CHECKPOINT_MAX_BYTES``) and the socket names in
-DIR (``gpuprov.host.kubelet.sockets``).
+DIR (``gpuprov.host.kubelet.sockets``). ``--package NAME`` adds a ``packages`` section (each
+package dpkg knows: installed version and hold; ``gpuprov.host.packages``) and ``--unit NAME`` a
+``units`` section (``systemctl is-enabled`` / ``is-active``; ``gpuprov.host.units``): the same
+commands the deploy's facts run.
 
     $ python3 -m gpuprov.host.agent.probe --file /etc/nvidia/device-plugin/config.yaml
     {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "535.261.03", ...}
@@ -29,6 +32,8 @@ from typing import Any
 import pynvml
 
 from gpuprov.host import containerd_state
+from gpuprov.host import packages as dpkg
+from gpuprov.host import units as systemd_units
 from gpuprov.host.contract import (
     KERNEL_LOG_PATH,
     KUBELET_CHECKPOINT_MAX_BYTES,
@@ -58,13 +63,17 @@ def probe(
     health: bool = False,
     kernel_log_path: str = KERNEL_LOG_PATH,
     kubelet_devices_dir: str | None = None,
+    packages: Sequence[str] = (),
+    units: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The probe document for this host; ``files``/``globs`` add a ``files`` section,
     ``containerd`` (the main config's path) a ``containerd`` section: what containerd says
     about its effective config (``gpuprov.host.containerd_state``); ``health`` a ``health``
     section: each GPU's NVML error counters and the XIDs in the kernel log at
     ``kernel_log_path`` (``gpuprov.host.health``); ``kubelet_devices_dir`` (the kubelet's
-    device-plugin directory) a ``kubelet_devices`` section (``read_kubelet_devices``).
+    device-plugin directory) a ``kubelet_devices`` section (``read_kubelet_devices``);
+    ``packages`` (names or dpkg-query patterns) a ``packages`` section and ``units`` a
+    ``units`` section.
 
     >>> probe()["nvml"]            # on a machine without libnvidia-ml  # doctest: +SKIP
     'library-not-found'
@@ -91,6 +100,10 @@ def probe(
         )
     if kubelet_devices_dir:
         document["kubelet_devices"] = read_kubelet_devices(kubelet_devices_dir)
+    if packages:
+        document["packages"] = dpkg.read(packages)
+    if units:
+        document["units"] = systemd_units.read(units)
     return document
 
 
@@ -174,6 +187,21 @@ def _parser() -> argparse.ArgumentParser:
         help="include the kubelet's device-manager checkpoint and the socket names in DIR "
         "(the kubelet's device-plugin directory)",
     )
+    parser.add_argument(
+        "--package",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="include this Debian package's installed version and hold state, if dpkg knows it "
+        "(repeatable; a dpkg-query pattern such as 'nvidia-*' adds every match)",
+    )
+    parser.add_argument(
+        "--unit",
+        action="append",
+        default=[],
+        metavar="UNIT",
+        help="include whether this systemd unit is enabled and active (repeatable)",
+    )
     parser.add_argument("--format", choices=["json"], default="json", help="output format")
     return parser
 
@@ -190,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.containerd,
         options.health,
         kubelet_devices_dir=options.kubelet_devices,
+        packages=options.package,
+        units=options.unit,
     )
     print(json.dumps(document, indent=2))
     return 0
