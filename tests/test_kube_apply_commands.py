@@ -113,7 +113,7 @@ def test_configmap_goes_by_server_side_apply_and_each_node_gets_one_json_patch(k
     calls = records(log)
     assert [c["args"][2:4] for c in calls] == [
         ["config", "view"],
-        ["get", "nodes"],  # one list call for all nodes
+        ["get", "--raw"],  # one page of the node list holds all three nodes
         ["apply", "--server-side"],
         ["patch", "node"],
         ["patch", "node"],
