@@ -9,11 +9,16 @@ plans them), creates a Node per planned host showing exactly its plan (labels, t
 allocatable; ``--images`` entries of ``status.images`` each for a kubelet's Node size), and waits
 until kwok has made them all Ready. Then, in rounds so that machine noise falls on all alike:
 
-- **floor**: ``kubectl get nodes`` (the server-side table), ``kubectl get nodes -o json``;
+- **floor**: ``kubectl get nodes`` (the server-side table), ``kubectl get nodes -o json``, and
+  one of verify's pages alone (``kubectl get --raw '/api/v1/nodes?limit=500'``), each with
+  kubectl's own CPU and peak RSS;
 - **verify**: ``gpuprov verify INVENTORY --kubeconfig K --cluster-only --format json``, which
   must exit 0; its own CPU and peak RSS (read at its exit) apart from its kubectl calls';
 - **phases**, in this process: loading and planning the inventory, the node list
-  (``Kubectl.nodes``), the comparison, the table.
+  (``Kubectl.nodes``), the comparison, the table;
+- **list variants**, each in a fresh interpreter: pages of 250, 500 and 1,000, one unpaged
+  call, and ``kubectl get nodes -o json`` kept whole (what verify did before), with the CPU and
+  the peak RSS each adds to the controller.
 
 Then ``--drift`` nodes drift, three in five of them in pool shared (``status.allocatable``
 lowered through the status subresource, as a kubelet whose device plugin lost GPUs reports it)
@@ -49,18 +54,58 @@ from gpuprov.controller.kube.cluster_verify import ClusterCheck
 from gpuprov.core.cluster.compare import compare_nodes
 
 RESULTS = Path(__file__).parent / "results" / "verify_fleet.json"
+# Peak RSS is read as VmHWM of /proc/self/status, never as getrusage's ru_maxrss: Linux keeps
+# ru_maxrss across fork and exec, so a process started by a big one (this bench holds 5,000
+# Nodes) reports its parent's size.
+#
 # The gpuprov CLI, reporting its own CPU seconds and peak RSS at exit (its kubectl calls apart).
 _CLI = """\
 import atexit, json, os, resource, sys
 def report():
     own = resource.getrusage(resource.RUSAGE_SELF)
+    peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
     with open(os.environ["BENCH_RUSAGE"], "w") as f:
-        json.dump({"cpu_s": own.ru_utime + own.ru_stime, "rss_mib": own.ru_maxrss / 1024}, f)
+        json.dump({"cpu_s": own.ru_utime + own.ru_stime, "rss_mib": peak}, f)
 atexit.register(report)
 sys.argv[0] = "gpuprov"
 from gpuprov.cli import main
 main()
 """
+# One way of reading the node list, in a fresh interpreter: its CPU seconds and peak RSS above
+# what the imports take, and its kubectl calls' CPU (argv: kubeconfig, a page size or "json").
+_LIST = """\
+import json, resource, sys, time
+from gpuprov.controller.kube.kubectl import Kubectl
+def status(field):
+    return int(open("/proc/self/status").read().split(field + ":")[1].split()[0]) / 1024
+client, variant, base = Kubectl(sys.argv[1]), sys.argv[2], status("VmRSS")
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak RSS starts again from here (proc(5), clear_refs)
+started, cpu = time.perf_counter(), time.process_time()
+if variant == "json":  # what verify did before: one `kubectl get nodes -o json`, kept whole
+    listed = json.loads(client.run("get", "nodes", "-o", "json").stdout)
+    nodes = {item["metadata"]["name"]: item for item in listed["items"]}
+else:
+    nodes = client.nodes(page=int(variant))
+kubectl = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu,
+                  "rss_mib": status("VmHWM") - base, "nodes": len(nodes),
+                  "kubectl_cpu_s": kubectl.ru_utime + kubectl.ru_stime}))
+"""
+# kubectl (argv) started by a small interpreter, so that its ru_maxrss is kubectl's own; its
+# wall time, CPU and peak go to stderr's last line.
+_KUBECTL = """\
+import json, resource, subprocess, sys, time
+started = time.perf_counter()
+code = subprocess.run(sys.argv[1:]).returncode
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": time.perf_counter() - started, "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "rss_mib": usage.ru_maxrss / 1024}), file=sys.stderr)
+sys.exit(code)
+"""
+# How verify could read the list: pages of 250, 500 (its choice), 1,000, one unpaged call
+# (limit=0), and kubectl's decoded `get nodes -o json`.
+LIST_VARIANTS = ("250", "500", "1000", "0", "json")
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 
 
@@ -97,44 +142,66 @@ def verify(inventory: Path, kubeconfig: Path, fmt: str, workdir: Path) -> dict:
 
 
 def phases(inventory: Path, kubeconfig: Path) -> dict[str, float]:
-    """Wall seconds of each step of verify, in this process."""
-    out = {}
-    started = time.perf_counter()
-    _, cluster = load_plan(str(inventory), ())
-    out["load_and_plan_s"] = time.perf_counter() - started
-    started = time.perf_counter()
-    check = ClusterCheck(str(kubeconfig), cluster)
-    out["render_s"] = time.perf_counter() - started
-    started, cpu = time.perf_counter(), time.process_time()
-    before = children_cpu()
-    nodes = check.client.nodes()
-    out["list_s"] = time.perf_counter() - started
-    out["list_own_cpu_s"] = time.process_time() - cpu
-    out["list_kubectl_cpu_s"] = children_cpu() - before
-    started = time.perf_counter()
-    results = compare_nodes(check.plans, check.wanted, nodes)
-    out["compare_s"] = time.perf_counter() - started
-    started = time.perf_counter()
-    report_text(results, {p.name: p.mode for p in cluster.hosts}, check.node_names())
-    json.dumps(verify_report(results))
-    out["report_s"] = time.perf_counter() - started
+    """Wall and CPU seconds of each step of verify, in this process (the list's kubectl calls
+    apart)."""
+    out: dict[str, float] = {}
+
+    def step(name: str, work):
+        wall, cpu, kubectl = time.perf_counter(), time.process_time(), children_cpu()
+        result = work()
+        out[f"{name}_s"] = time.perf_counter() - wall
+        out[f"{name}_cpu_s"] = time.process_time() - cpu
+        if name == "list":
+            out["list_kubectl_cpu_s"] = children_cpu() - kubectl
+        return result
+
+    _, cluster = step("load_and_plan", lambda: load_plan(str(inventory), ()))
+    check = step("render", lambda: ClusterCheck(str(kubeconfig), cluster))
+    nodes = step("list", check.client.nodes)
+    results = step("compare", lambda: compare_nodes(check.plans, check.wanted, nodes))
+    pools = {p.name: p.mode for p in cluster.hosts}
+    step(
+        "report",
+        lambda: (
+            report_text(results, pools, check.node_names()),
+            json.dumps(verify_report(results)),
+        ),
+    )
     return out
 
 
+def list_variants(kubeconfig: Path) -> dict[str, dict]:
+    out = {}
+    for variant in LIST_VARIANTS:
+        done = subprocess.run(
+            [sys.executable, "-c", _LIST, str(kubeconfig), variant],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        out[variant] = json.loads(done.stdout)
+    return out
+
+
+FLOORS = {
+    "get_nodes": ("get", "nodes"),
+    "get_nodes_json": ("get", "nodes", "-o", "json"),
+    "get_raw_page": ("get", "--raw", "/api/v1/nodes?limit=500"),  # one of verify's pages
+}
+
+
+def floor(kubectl: str, kubeconfig: Path, args: tuple[str, ...]) -> dict:
+    """kubectl's own wall, CPU and peak RSS for ``args``."""
+    done = run([sys.executable, "-c", _KUBECTL, kubectl, f"--kubeconfig={kubeconfig}", *args])
+    assert done["rc"] == 0, done["err"]
+    return {**json.loads(done["err"].splitlines()[-1]), "bytes": len(done["out"])}
+
+
 def round_(kubectl: str, inventory: Path, kubeconfig: Path, workdir: Path, fmt: str) -> dict:
-    sample = {
-        "get_nodes": run([kubectl, f"--kubeconfig={kubeconfig}", "get", "nodes"]),
-        "get_nodes_json": run(
-            [kubectl, f"--kubeconfig={kubeconfig}", "get", "nodes", "-o", "json"]
-        ),
-        "verify": verify(inventory, kubeconfig, fmt, workdir),
-        "phases": phases(inventory, kubeconfig),
-    }
-    sample["json_bytes"] = len(sample["get_nodes_json"]["out"])
-    for name in ("get_nodes", "get_nodes_json"):
-        assert sample[name]["rc"] == 0, sample[name]["err"]
-    for result in (sample["get_nodes"], sample["get_nodes_json"]):
-        result.pop("out")
+    sample = {name: floor(kubectl, kubeconfig, args) for name, args in FLOORS.items()}
+    sample["verify"] = verify(inventory, kubeconfig, fmt, workdir)
+    sample["phases"] = phases(inventory, kubeconfig)
+    sample["json_bytes"] = sample["get_nodes_json"]["bytes"]
     return sample
 
 
@@ -147,8 +214,8 @@ def medians(samples: list[dict]) -> dict:
             values.append(s)
         return statistics.median(values)
 
-    keys = ("wall_s", "cpu_s")
-    out = {f"{n}_{k}": med((n, k)) for n in ("get_nodes", "get_nodes_json") for k in keys}
+    keys = ("wall_s", "cpu_s", "rss_mib")
+    out = {f"{n}_{k}": med((n, k)) for n in FLOORS for k in keys}
     for key in ("wall_s", "cpu_s", "own_cpu_s", "kubectl_cpu_s", "own_rss_mib"):
         out[f"verify_{key}"] = med(("verify", key))
     for key in samples[0]["phases"]:
@@ -194,6 +261,7 @@ def main() -> None:
         for sample in clean:
             assert sample["verify"]["rc"] == 0, sample["verify"]["out"][-2000:]
             sample["verify"].pop("out")
+        lists = [list_variants(kubeconfig) for _ in range(args.repeat)]
 
         shared = [h.name for h in cluster.hosts if h.mode == "shared"]
         mig = [h.name for h in cluster.hosts if h.mode == "mig"]
@@ -234,17 +302,14 @@ def main() -> None:
     for label, m in summary.items():
         rows += [
             [
-                f"{label}: kubectl get nodes",
-                f"{m['get_nodes_wall_s']:.2f}",
-                f"{m['get_nodes_cpu_s']:.2f}",
-                "",
-            ],
-            [
-                f"{label}: kubectl get nodes -o json",
-                f"{m['get_nodes_json_wall_s']:.2f}",
-                f"{m['get_nodes_json_cpu_s']:.2f}",
-                "",
-            ],
+                f"{label}: kubectl {' '.join(args)}",
+                f"{m[f'{name}_wall_s']:.2f}",
+                f"{m[f'{name}_cpu_s']:.2f}",
+                f"{m[f'{name}_rss_mib']:.0f}",
+            ]
+            for name, args in FLOORS.items()
+        ]
+        rows += [
             [
                 f"{label}: gpuprov verify --cluster-only",
                 f"{m['verify_wall_s']:.2f}",
@@ -265,11 +330,50 @@ def main() -> None:
         )
     )
     m = summary["clean"]
+    steps = ", ".join(
+        f"{name} {m[f'{key}_s']:.2f} ({m[f'{key}_cpu_s']:.2f})"
+        for name, key in [
+            ("load + plan", "load_and_plan"),
+            ("render", "render"),
+            ("list", "list"),
+            ("compare", "compare"),
+            ("report", "report"),
+        ]
+    )
     print(
-        f"verify's steps (wall s): load + plan {m['load_and_plan_s']:.2f}, render {m['render_s']:.2f}, "
-        f"list {m['list_s']:.2f} ({m['list_own_cpu_s']:.2f} CPU s parsing, "
-        f"{m['list_kubectl_cpu_s']:.2f} kubectl), compare {m['compare_s']:.2f}, report {m['report_s']:.2f}; "
-        f"the JSON list is {m['json_mib']:.1f} MiB"
+        f"verify's steps, wall s (CPU s): {steps}; the list's kubectl calls "
+        f"{m['list_kubectl_cpu_s']:.2f} CPU s; `kubectl get nodes -o json` prints "
+        f"{m['json_mib']:.1f} MiB"
+    )
+    variants = {
+        v: {k: statistics.median(sample[v][k] for sample in lists) for k in lists[0][v]}
+        for v in LIST_VARIANTS
+    }
+    print(
+        tabulate(
+            [
+                [
+                    "kubectl get nodes -o json, kept whole"
+                    if v == "json"
+                    else "one unpaged call (limit=0)"
+                    if v == "0"
+                    else f"pages of {v}",
+                    f"{m['wall_s']:.2f}",
+                    f"{m['cpu_s']:.2f}",
+                    f"{m['rss_mib']:.0f}",
+                    f"{m['kubectl_cpu_s']:.2f}",
+                ]
+                for v, m in variants.items()
+            ],
+            headers=[
+                "reading the node list",
+                "wall s",
+                "own CPU s",
+                "own peak RSS MiB (above imports)",
+                "kubectl CPU s",
+            ],
+            disable_numparse=True,
+        )
     )
     print(f"\nverify's table with {args.drift} nodes drifted:\n{table_output}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -284,6 +388,8 @@ def main() -> None:
                 "created_s": created,
                 "ready_s": ready,
                 "medians": summary,
+                "list_variants": variants,
+                "list_variant_samples": lists,
                 "clean": clean,
                 "drifted": drift_rounds,
                 "drifted_table": table_output,

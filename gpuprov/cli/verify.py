@@ -27,7 +27,14 @@ from gpuprov.controller.kube.cluster_verify import ClusterCheck
 from gpuprov.core.errors import InputError, Problem
 from gpuprov.core.findings import Finding
 from gpuprov.core.hostfiles.documents import one_line
-from gpuprov.core.pool_report import STATUSES, host_status, named, pool_counts, pooled
+from gpuprov.core.pool_report import (
+    STATUSES,
+    Repeat,
+    host_status,
+    named,
+    pool_counts,
+    pooled,
+)
 from gpuprov.host.contract import EXIT_DRIFT, EXIT_OK, VERIFY_SCHEMA
 
 # Column widths that keep the six-column table within 100 characters.
@@ -84,13 +91,8 @@ def verify(
 ) -> None:
     """Compare every host of INVENTORY with its plan; exit 1 if any drifts or is unreachable."""
     if cordon_unhealthy and (not kubeconfig or health == "off" or cluster_only):
-        raise InputError(
-            [
-                Problem(
-                    "--cordon-unhealthy", "needs --kubeconfig and --health on, not --cluster-only"
-                )
-            ]
-        )
+        needs = "needs --kubeconfig and --health on, not --cluster-only"
+        raise InputError([Problem("--cordon-unhealthy", needs)])
     if cluster_only and (not kubeconfig or snapshot_dir):
         raise InputError([Problem("--cluster-only", "needs --kubeconfig and no --snapshot-dir")])
     loaded, cluster = load_plan(inventory, limit)
@@ -139,7 +141,7 @@ def report_text(
     return "\n".join(parts)
 
 
-def _repeat_lines(repeat) -> str:
+def _repeat_lines(repeat: Repeat) -> str:
     indent = " " * 4
     fill = functools.partial(
         textwrap.fill, width=_LINE, subsequent_indent=indent, break_on_hyphens=False
