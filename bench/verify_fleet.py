@@ -25,7 +25,7 @@ lowered through the status subresource, as a kubelet whose device plugin lost GP
 and the rest in pool mig (their ``gpuprov.io/pool`` label removed): verify must exit 1, name
 exactly those nodes in its JSON, and its table must show two repeated findings. The drifted
 rounds are timed as well. Prints tables and the drifted table's output; writes every sample
-to bench/results/verify_fleet.json. Ends everything it started.
+to bench/results/verify_fleet.json. Ends everything it started and removes its files.
 
 Each fake node's Lease is renewed every ``--lease-seconds / 4`` (600 s by default: kubelet's 40 s
 renews 500 Leases a second at 5,000 nodes, half of this 2-core machine, bench/kwok_nodes.py).
@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -296,6 +297,7 @@ def main() -> None:
     finally:
         consumer.stop(workdir / "kwok")
         plane.stop()
+        shutil.rmtree(workdir)  # etcd's data: 60-330 MiB
 
     summary = {"clean": medians(clean), "drift": medians(drift_rounds)}
     rows = []
