@@ -3,8 +3,9 @@
     python bench/plan_scale.py [--hosts 10000] [--repeat 5]
 
 Prints a table (wall time of the whole CLI run, of loading, of planning, time per host) and
-writes bench/results/plan_scale.json. Hosts are spread over the three mode groups; MIG hosts use
-a handful of layouts and per-host overrides, as a real fleet would.
+writes bench/results/plan_scale.json. The inventory is ``gpuprov_lab.fleet``'s: hosts spread
+over the three mode groups; MIG hosts use a handful of layouts and per-host overrides, as a real
+fleet would.
 """
 
 from __future__ import annotations
@@ -18,41 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpuprov_lab.fleet import write_inventory
 from tabulate import tabulate
 
 from gpuprov.controller.inventory import load
 from gpuprov.core.plan import build
-
-LAYOUTS = [
-    {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},
-    {"1g.10gb": 7},
-    {"4g.40gb": 1, "3g.40gb": 1},
-    {"3g.40gb": 2},
-    {"2g.20gb": 3, "1g.10gb": 1},
-]
-
-
-def write_inventory(directory: Path, hosts: int) -> Path:
-    shared, mig, whole = [], [], []
-    for i in range(hosts):
-        name = f"gpu-{i:05d}"
-        if i % 3 == 0:
-            shared.append(name)
-        elif i % 3 == 1:
-            override = {"mig_layout_by_gpu": {i % 8: LAYOUTS[i % len(LAYOUTS)]}}
-            mig.append((name, override) if i % 7 == 1 else name)
-        else:
-            whole.append(name)
-    text = (
-        f"shared = ({shared!r}, {{'gpu_model': 'A100-80GB', 'gpu_count': 8, "
-        f"'time_slicing_replicas': 4}})\n"
-        f"mig = ({mig!r}, {{'gpu_model': 'H100-80GB', 'gpu_count': 8, "
-        f"'mig_layout': {LAYOUTS[0]!r}}})\n"
-        f"whole_card = ({whole!r}, {{'gpu_model': 'H200-141GB', 'gpu_count': 8}})\n"
-    )
-    path = directory / "fleet.py"
-    path.write_text(text)
-    return path
 
 
 def main() -> int:

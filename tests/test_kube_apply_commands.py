@@ -113,7 +113,7 @@ def test_configmap_goes_by_server_side_apply_and_each_node_gets_one_json_patch(k
     calls = records(log)
     assert [c["args"][2:4] for c in calls] == [
         ["config", "view"],
-        ["get", "nodes"],  # one list call for all nodes
+        ["get", "--raw"],  # one page of the node list holds all three nodes
         ["apply", "--server-side"],
         ["patch", "node"],
         ["patch", "node"],
@@ -281,6 +281,22 @@ def test_the_cluster_refusing_is_exit_1_with_kubectls_reason(kubectl, setup, mon
     result = apply(inventory, "--kubeconfig", kubeconfig)
     assert result.exit_code == 1
     assert "error: listing nodes failed: the API server is unreachable" in result.output
+
+
+def test_a_node_list_that_never_ends_is_exit_1_not_a_loop(kubectl, setup, tmp_path):
+    inventory, kubeconfig = setup
+    kubectl([])
+    # Every page answers with the same continue token, as a broken API server (or proxy) might.
+    endless = {"kind": "NodeList", "metadata": {"continue": "same"}, "items": [node("gpu-1")]}
+    (tmp_path / "nodes.json").write_text(json.dumps(endless))
+    result = apply(inventory, "--kubeconfig", kubeconfig)
+    assert result.exit_code == 1
+    assert "the API server repeated a continue token" in result.output
+    gets = [c["args"][2:] for c in records(tmp_path / "kubectl.log") if c["args"][2] == "get"]
+    assert gets == [
+        ["get", "--raw", "/api/v1/nodes?limit=500"],
+        ["get", "--raw", "/api/v1/nodes?limit=500&continue=same"],  # "same" again: stop
+    ]
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """`gpuprov verify INVENTORY`: does every host match its plan? Exit 0 yes, 1 no, 2 bad input.
 
 The report is formatted here: a table (or ``--format json``, schema ``gpuprov.verify/v1``) of
-every finding, then one summary line. Text from hosts is printed with control characters
+every finding, then one summary line. A finding repeated on many hosts of one pool
+(``gpuprov.core.pool_report``) is one line instead of one row per host, followed by a line per
+pool; the JSON keeps every host's findings. Text from hosts is printed with control characters
 escaped, so a host name or file value cannot forge a line of the report.
 
 >>> hosts_summary({"a": [], "b": [Finding("b", None, "unreachable", "reachable", "timeout", "")]})
@@ -10,9 +12,10 @@ escaped, so a host name or file value cannot forge a line of the report.
 
 from __future__ import annotations
 
+import functools
 import sys
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -24,11 +27,20 @@ from gpuprov.controller.kube.cluster_verify import ClusterCheck
 from gpuprov.core.errors import InputError, Problem
 from gpuprov.core.findings import Finding
 from gpuprov.core.hostfiles.documents import one_line
+from gpuprov.core.pool_report import (
+    STATUSES,
+    Repeat,
+    host_status,
+    named,
+    pool_counts,
+    pooled,
+)
 from gpuprov.host.contract import EXIT_DRIFT, EXIT_OK, VERIFY_SCHEMA
 
 # Column widths that keep the six-column table within 100 characters.
 _WIDTHS = {"host": 14, "gpu": 3, "check": 17, "expected": 19, "found": 19, "hint": 17}
-_STATUSES = ("ok", "drift", "unreachable")
+_LINE = 100  # the width of a repeated finding's lines
+_SUMMARY_NAMES = 5  # hosts the summary names per status before "… +N"
 
 
 @click.command()
@@ -45,7 +57,13 @@ _STATUSES = ("ok", "drift", "unreachable")
     "--kubeconfig",
     metavar="FILE",
     help="Also check the nodes as the API server shows them (labels, taints, cordon, "
-    "allocatable, pods), in one list call.",
+    "allocatable, pods), read in pages of 500 nodes per list call.",
+)
+@click.option(
+    "--cluster-only",
+    is_flag=True,
+    help="With --kubeconfig: check only the nodes as the API server shows them and contact no "
+    "host (a fleet changed in-cluster, or too big for one SSH controller).",
 )
 @click.option(
     "--health",
@@ -67,15 +85,21 @@ def verify(
     fmt: str,
     snapshot_dir: str | None,
     kubeconfig: str | None,
+    cluster_only: bool,
     health: str,
     cordon_unhealthy: bool,
 ) -> None:
     """Compare every host of INVENTORY with its plan; exit 1 if any drifts or is unreachable."""
-    if cordon_unhealthy and (not kubeconfig or health == "off"):
-        raise InputError([Problem("--cordon-unhealthy", "needs --kubeconfig and --health on")])
+    if cordon_unhealthy and (not kubeconfig or health == "off" or cluster_only):
+        needs = "needs --kubeconfig and --health on, not --cluster-only"
+        raise InputError([Problem("--cordon-unhealthy", needs)])
+    if cluster_only and (not kubeconfig or snapshot_dir):
+        raise InputError([Problem("--cluster-only", "needs --kubeconfig and no --snapshot-dir")])
     loaded, cluster = load_plan(inventory, limit)
     cluster_check = ClusterCheck(kubeconfig, cluster) if kubeconfig else None
-    if snapshot_dir:
+    if cluster_only:
+        results: dict[str, list[Finding]] = {p.name: [] for p in cluster.hosts}
+    elif snapshot_dir:
         results = readback.verify_snapshots(snapshot_dir, cluster.hosts, health == "on")
     else:
         results = readback.verify_live(loaded, cluster.hosts, health == "on")
@@ -85,20 +109,45 @@ def verify(
     if fmt == "json":
         emit_json(report)
     else:
-        findings = [f for host_findings in results.values() for f in host_findings]
-        if findings:
-            click.echo(table([_row(f) for f in findings], list(_WIDTHS)))
-            click.echo()
-        click.echo(hosts_summary(results))
+        pools = {p.name: p.mode for p in cluster.hosts}
+        node_names = cluster_check.node_names() if cluster_check is not None else {}
+        click.echo(report_text(results, pools, node_names))
     sys.exit(EXIT_OK if report["ok"] else EXIT_DRIFT)
 
 
-def host_status(findings: Iterable[Finding]) -> str:
-    """``ok``, ``drift`` or ``unreachable`` for one host's findings."""
-    findings = list(findings)
-    if any(f.check == "unreachable" for f in findings):
-        return "unreachable"
-    return "drift" if findings else "ok"
+def report_text(
+    results: Mapping[str, list[Finding]],
+    pools: Mapping[str, str],
+    node_names: Mapping[str, str] | None = None,
+) -> str:
+    """The table of findings shown per host, then each finding repeated across a pool as one
+    line with its hint, then (when there are repeats) a line per pool, then the summary.
+
+    >>> print(report_text({"a": []}, {"a": "mig"}))
+    1 host: 1 ok, 0 drift, 0 unreachable
+    """
+    singles, repeats = pooled(results, pools, node_names)
+    parts = []
+    if singles:
+        parts.append(table([_row(f) for f in singles], list(_WIDTHS)) + "\n")
+    if repeats:
+        parts += [_repeat_lines(r) for r in repeats]
+        parts.append("")
+        for pool, counts in pool_counts(results, pools).items():
+            states = ", ".join(f"{counts[s]} {s}" for s in STATUSES)
+            hosts = sum(counts.values())
+            parts.append(f"pool {one_line(pool)}, {hosts} host{'s' * (hosts != 1)}: {states}")
+    parts.append(hosts_summary(results))
+    return "\n".join(parts)
+
+
+def _repeat_lines(repeat: Repeat) -> str:
+    indent = " " * 4
+    fill = functools.partial(
+        textwrap.fill, width=_LINE, subsequent_indent=indent, break_on_hyphens=False
+    )
+    hint = fill(f"hint: {one_line(repeat.hint)}", initial_indent=indent)
+    return fill(one_line(repeat.line())) + "\n" + hint
 
 
 def verify_report(results: Mapping[str, list[Finding]]) -> dict[str, Any]:
@@ -116,13 +165,13 @@ def verify_report(results: Mapping[str, list[Finding]]) -> dict[str, Any]:
 
 def hosts_summary(results: Mapping[str, list[Finding]]) -> str:
     """One line saying how many hosts are in each state, naming those that are not ok."""
-    by_status: dict[str, list[str]] = {status: [] for status in _STATUSES}
+    by_status: dict[str, list[str]] = {status: [] for status in STATUSES}
     for name, findings in results.items():
         by_status[host_status(findings)].append(one_line(name))
     parts = []
     for status, names in by_status.items():
-        named = f" ({', '.join(names)})" if names and status != "ok" else ""
-        parts.append(f"{len(names)} {status}{named}")
+        listed = f" ({named(names, _SUMMARY_NAMES)})" if names and status != "ok" else ""
+        parts.append(f"{len(names)} {status}{listed}")
     count = len(results)
     return f"{count} host{'s' if count != 1 else ''}: {', '.join(parts)}"
 

@@ -1,5 +1,6 @@
-"""``gpuprov verify --kubeconfig``: what the cluster shows of every planned host, read with ONE
-``kubectl get nodes -o json`` and compared by gpuprov.core.cluster.compare.
+"""``gpuprov verify --kubeconfig``: what the cluster shows of every planned host, read with one
+paged node list (``Kubectl.nodes``: 500 nodes per list call, only the fields compared kept)
+and compared node by node by gpuprov.core.cluster.compare.
 
 The kubeconfig is checked when the check is set up, before any host is contacted, so a bad
 one is exit 2 with nothing touched; an unreachable API server is a finding per host.
@@ -30,6 +31,10 @@ class ClusterCheck:
         # places the ConfigMaps, which verify does not read).
         self.wanted = manifests.render(cluster, manifests.DEFAULT_NAMESPACE).nodes
         self.nodes: dict[str, dict] | None = None  # the last node list read
+
+    def node_names(self) -> dict[str, str]:
+        """Host -> its node's name, for the hosts whose node is named otherwise."""
+        return {w.host: w.name for w in self.wanted if w.name != w.host}
 
     def findings(self) -> dict[str, list[Finding]]:
         try:

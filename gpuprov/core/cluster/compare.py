@@ -1,7 +1,7 @@
 """What the cluster shows of each planned host, compared with the plan: pure, no I/O.
 
-Input is the plan and the Node objects of one ``kubectl get nodes -o json``; output is findings
-per host. Checked per planned node: it exists; it carries gpuprov's labels (pool labels and the
+Input is the plan and the Node objects of one node list (``Kubectl.nodes``: each cut to the
+fields compared here); output is findings per host. Checked per planned node: it exists; it carries gpuprov's labels (pool labels and the
 ``nvidia.com/device-plugin.config`` label, as ``gpuprov kube render`` plans them) and taints;
 it is not left cordoned; ``status.allocatable`` holds each planned resource with the planned
 count, no GPU resource the plan does not have, and ``pods`` equal to the planned maxPods.
