@@ -23,3 +23,17 @@ def test_ruff_lint_is_clean():
 def test_ruff_format_is_clean():
     result = ruff("format", "--check", ".")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_file_holds_a_merge_conflict_marker():
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    marked = []
+    for name in listed:
+        path = ROOT / name
+        if path.is_file() and path.stat().st_size < 4 << 20:
+            lines = path.read_bytes().splitlines()
+            if any(line.startswith((b"<<<<<<< ", b">>>>>>> ")) for line in lines):
+                marked.append(name)
+    assert marked == []
