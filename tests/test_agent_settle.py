@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -149,3 +150,73 @@ def test_no_plugin_running_means_nothing_to_wait_for(tmp_path, capsys):
     args = [f"--dir={tmp_path / 'none'}", *want, "--timeout=0.5", f"--proc={proc}"]
     assert settle.main(args) == 0
     assert "no nvidia-device-plugin runs on this host" in capsys.readouterr().out
+
+
+def settle_process(*args: str) -> subprocess.CompletedProcess:
+    """``agent.pyz settle`` as the deploy runs it: a process of its own, here under a limit."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpuprov.host.agent", "settle", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-inf", "-1", "1e9", "soon"])
+def test_a_timeout_that_never_ends_or_is_no_number_is_exit_2(tmp_path, timeout):
+    # Before: --timeout nan made the deadline never arrive (time >= nan is false): a hang.
+    proc = host_processes(tmp_path / "proc", ["/usr/bin/nvidia-device-plugin"])
+    result = settle_process(
+        f"--dir={tmp_path}", "--want=nvidia.com/gpu=1", f"--timeout={timeout}", f"--proc={proc}"
+    )
+    assert result.returncode == 2, result.stderr
+    assert "--timeout: must be a number of seconds from 0 to 86400" in result.stderr or (
+        "is not a number of seconds" in result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_a_fifo_as_the_checkpoint_is_named_and_never_waited_on(tmp_path):
+    # Before: opening the FIFO waited for a writer, whatever --timeout said.
+    (tmp_path / "dp").mkdir()
+    os.mkfifo(tmp_path / "dp" / "kubelet_internal_checkpoint")
+    assert settle.missing(str(tmp_path / "dp"), {"nvidia.com/gpu": 1}) == [
+        f"{tmp_path / 'dp' / 'kubelet_internal_checkpoint'} unreadable: not a regular file"
+    ]
+    proc = host_processes(tmp_path / "proc", ["/usr/bin/nvidia-device-plugin"])
+    started = time.monotonic()
+    result = settle_process(
+        f"--dir={tmp_path / 'dp'}", "--want=nvidia.com/gpu=1", "--timeout=1", f"--proc={proc}"
+    )
+    assert result.returncode == 1 and time.monotonic() - started < 30
+    assert "unreadable: not a regular file" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deep"),
+        (
+            '{"Data": {"PodDeviceEntries": null, "RegisteredDevices": {}}, "Checksum": '
+            + "9" * 5000
+            + "}",
+            "not the kubelet's checkpoint: Exceeds the limit",
+        ),
+        (
+            '{"Data": {"PodDeviceEntries": null, "RegisteredDevices": {}}, "Checksum": 1'
+            + "0" * 100
+            + "}",
+            "Checksum an integer of 333 bits is not a uint32",
+        ),
+    ],
+)
+def test_a_deep_or_5000_digit_checkpoint_is_named_not_a_traceback(tmp_path, text, said):
+    (tmp_path / "dp").mkdir()
+    (tmp_path / "dp" / "kubelet_internal_checkpoint").write_text(text)
+    [problem] = settle.missing(str(tmp_path / "dp"), {"nvidia.com/gpu": 1})
+    assert said in problem and len(problem) < 400
+    proc = host_processes(tmp_path / "proc", ["/usr/bin/nvidia-device-plugin"])
+    result = settle_process(
+        f"--dir={tmp_path / 'dp'}", "--want=nvidia.com/gpu=1", "--timeout=0", f"--proc={proc}"
+    )
+    assert result.returncode == 1 and said in result.stderr and "Traceback" not in result.stderr

@@ -19,7 +19,13 @@ from gpuprov.controller.readback import unreachable
 from gpuprov.core.checks.host import compare, wanted_files
 from gpuprov.core.findings import Finding
 from gpuprov.core.plan import HostPlan
-from gpuprov.host.contract import APT_PIN_PATH, MIG_LAYOUT_PATH, PROBE_SCHEMA, SIM_ENV
+from gpuprov.host.contract import (
+    APT_PIN_PATH,
+    KUBELET_DEVICE_PLUGIN_DIR,
+    MIG_LAYOUT_PATH,
+    PROBE_SCHEMA,
+    SIM_ENV,
+)
 from tests import containerd_states
 from tests.probes import kubelet_devices, kubelet_directory
 
@@ -687,6 +693,8 @@ def generated(tmp_path, mode: str, **data):
         document["files"].update(driver_and_mig_files(plan))
         document["packages"] = installed_packages(plan)
         document["units"] = unit_states(plan)
+        # The directory read stands for the kubelet's own, which verify insists on.
+        document["kubelet_devices"]["directory"] = KUBELET_DEVICE_PLUGIN_DIR
         return document
 
     return plan, state, observe

@@ -30,6 +30,8 @@ def test_health_is_read_in_the_one_probe_command_and_fails_the_host(host, monkey
     [report] = json.loads(result.stdout)["hosts"]
     assert [(f["gpu"], f["check"]) for f in report["findings"]] == [(1, "ecc")]
     assert len(commands) == 1 and "--health" in commands[0]
+    # The host's critical XIDs ride along, so the probe never caps one away.
+    assert "--critical-xids 48,64,74,75,79,95,119,120,140" in commands[0]
 
     commands.clear()
     off = CliRunner().invoke(main, ["verify", str(host.inventory), "--health", "off"])

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from gpuprov_lab.sim import admin
 from gpuprov_lab.sim import kernel_log as sim_kernel_log
+from gpuprov_lab.sim import state as sim_state
 from simulated import carve, isolate_pynvml, new_host
 
 from gpuprov.cli import main
@@ -19,6 +20,7 @@ from gpuprov.core.checks.probe_document import schema_problems
 from gpuprov.host.agent import probe
 from gpuprov.host.contract import SIM_ENV
 from gpuprov.host.health import kernel_log as host_kernel_log
+from gpuprov.host.health.xid import line as xid_line
 
 ROW_REMAPPING_MODELS = ["A100-80GB", "H100-80GB", "H200-141GB"]
 
@@ -198,3 +200,80 @@ def test_gpuprov_probe_health_prints_the_section(tmp_path, monkeypatch):
     document = json.loads(result.stdout)
     assert schema_problems(document) == []
     assert document["health"]["gpus"][0]["retired_pages"] == "not-supported"
+
+
+def test_an_ecc_count_past_nvmls_64_bits_is_refused_by_the_simulated_driver(tmp_path, capsys):
+    # Before: 2**64 was stored, and the ctypes out-parameter wrapped it to 0: a healthy GPU.
+    path = new_host(tmp_path, "A100-80GB", 1)
+    assert admin.main(["--state", path, "set-ecc", "--gpu", "0", "--uncorrected", str(2**64)]) == 2
+    assert "ECC counts at most 18446744073709551615" in capsys.readouterr().err
+    with open(path) as f:
+        assert json.load(f)["gpus"][0]["health"]["ecc"]["uncorrected"]["volatile"] == 0
+
+
+def test_the_largest_counts_nvml_gives_are_read_exactly(tmp_path, monkeypatch):
+    path = new_host(tmp_path, "A100-80GB", 2)
+    sim_kernel_log.clear(path)
+    sim(path, "set-ecc", "--gpu", "0", "--uncorrected", str(2**64 - 1))
+    with sim_state.transaction(path) as current:
+        current["gpus"][1]["health"]["remapped_rows"]["uncorrected"] = 2**32 - 1
+    found = health(monkeypatch, path)  # and the schema accepts them
+    assert found["gpus"][0]["ecc_uncorrected"] == {"volatile": 2**64 - 1, "aggregate": 2**64 - 1}
+    assert found["gpus"][1]["remapped_rows"]["uncorrected"] == 2**32 - 1
+
+
+def test_a_count_no_driver_could_report_never_reads_as_a_healthy_zero(tmp_path, monkeypatch):
+    path = new_host(tmp_path, "A100-80GB", 1)
+    with open(path) as f:
+        written = json.load(f)
+    written["gpus"][0]["health"]["remapped_rows"]["uncorrected"] = 2**32
+    sim_state.write_new(path, written)
+    monkeypatch.setenv(SIM_ENV, path)
+    document = probe.probe(health=True, kernel_log_path=sim_kernel_log.path(path))
+    assert document["nvml"] == "error" and "row counts at most 4294967295" in document["error"]
+
+
+def inject(path: str, gpu: int, *codes: int) -> None:
+    for code in codes:
+        sim(path, "inject", "xid", str(code), "--gpu", str(gpu))
+
+
+def test_a_critical_xid_after_32_other_codes_is_kept_and_truncated_says_so(tmp_path, monkeypatch):
+    # Before: XID 79 logged after 32 other codes was dropped and truncated stayed false.
+    path = new_host(tmp_path, "A100-80GB", 2)
+    sim_kernel_log.clear(path)
+    others = [c for c in range(1, 60) if c not in (48, 64, 74, 75, 79, 95, 119, 120, 140)][:40]
+    inject(path, 0, *others, 79, 79)
+    found = health(monkeypatch, path)
+    codes = [x["code"] for x in found["gpus"][0]["xids"]]
+    assert len(codes) == 33 and {"code": 79, "count": 2} == {
+        k: v for k, v in found["gpus"][0]["xids"][codes.index(79)].items() if k != "last"
+    }
+    assert codes[:32] == sorted(others[:32])  # the first 32 others, in code order
+    assert found["kernel_log"]["truncated"] is True
+    assert found["critical_xids"] == [48, 64, 74, 75, 79, 95, 119, 120, 140]
+    assert found["gpus"][1]["xids"] == []
+
+
+def test_the_probe_keeps_the_codes_it_is_told_are_critical(tmp_path, monkeypatch):
+    path = new_host(tmp_path, "A100-80GB", 1)
+    sim_kernel_log.clear(path)
+    inject(path, 0, *range(1, 41), 94)
+    monkeypatch.setenv(SIM_ENV, path)
+    log = sim_kernel_log.path(path)
+    default = probe.probe(health=True, kernel_log_path=log)["health"]
+    assert 94 not in [x["code"] for x in default["gpus"][0]["xids"]]
+    told = probe.probe(health=True, kernel_log_path=log, critical_xids=(94,))["health"]
+    assert 94 in [x["code"] for x in told["gpus"][0]["xids"]] and told["critical_xids"] == [94]
+
+
+def test_critical_xids_on_buses_nvml_does_not_list_are_kept_past_the_cap(tmp_path, monkeypatch):
+    path = new_host(tmp_path, "A100-80GB", 1)
+    sim_kernel_log.clear(path)
+    for n in range(40):
+        sim_kernel_log.append(path, xid_line(f"00000000:{0x80 + n:02X}:00.0", 13))
+    sim_kernel_log.append(path, xid_line("00000000:C0:00.0", 79))
+    found = health(monkeypatch, path)
+    assert len(found["other_xids"]) == 33 and found["kernel_log"]["truncated"] is True
+    assert found["other_xids"][-1]["pci_bus_id"] == "0000:c0:00"
+    assert found["other_xids"][-1]["code"] == 79

@@ -187,3 +187,121 @@ def test_cordon_unhealthy_without_a_kubeconfig_is_exit_2(tmp_path):
     result = CliRunner().invoke(main, ["verify", "inv.py", "--cordon-unhealthy"])
     assert result.exit_code == 2
     assert "error: --cordon-unhealthy: needs --kubeconfig" in result.output
+
+
+def observed_model(tmp_path, monkeypatch, plan, model: str) -> dict:
+    """``plan``'s matching probe document with the health section the real probe reads from a
+    simulated host of ``plan.gpu_count`` GPUs of ``model``."""
+    path = new_host(tmp_path, model, plan.gpu_count, seed=f"health-{model}")
+    sim_kernel_log.clear(path)
+    monkeypatch.setenv(SIM_ENV, path)
+    read = probe.probe(health=True, kernel_log_path=sim_kernel_log.path(path))
+    document = matching_probe(plan)
+    for gpu, seen in zip(document["gpus"], read["gpus"], strict=True):
+        gpu.update(name=seen["name"], memory_total_mib=seen["memory_total_mib"])
+        gpu.update(pci_bus_id=seen["pci_bus_id"])
+    document["health"] = read["health"]
+    return document
+
+
+@pytest.mark.parametrize(
+    "model, reading",
+    [
+        ("A100-80GB", "ecc_uncorrected"),
+        ("A100-80GB", "remapped_rows"),
+        ("H200-141GB", "remapped_rows"),
+        ("H200-141GB", "ecc_uncorrected"),
+        ("T4", "retired_pages"),
+    ],
+)
+def test_not_supported_where_the_model_answers_is_a_finding(tmp_path, monkeypatch, model, reading):
+    # Before: a snapshot saying "not-supported" for ECC on an A100, or for row remapping on an
+    # A100 or H200 without MIG, was ok: the GPU's memory health unknown, verify exit 0.
+    plan = plan_for(tmp_path, "whole_card", gpu_model=model)
+    document = observed_model(tmp_path, monkeypatch, plan, model)
+    assert compare(plan, document) == []  # the simulated driver answers as the model does
+    document["health"]["gpus"][1][reading] = "not-supported"
+    [finding] = compare(plan, document)
+    assert (finding.gpu, finding.check) == (1, "health")
+    assert finding.found == f"{document['gpus'][1]['uuid']}: {reading} not-supported"
+    assert f"a {model} reports it" in finding.expected
+    code, _ = snapshot_verify_model(tmp_path, document, model)
+    assert code == 1
+
+
+def test_not_supported_where_the_model_does_not_answer_is_no_finding(tmp_path, monkeypatch):
+    # Row remapping on a MIG GPU with instances (NVML: not supported there); page retirement on
+    # an Ampere GPU; row remapping on a T4.
+    mig = plan_for(tmp_path, "mig", mig_layout={"3g.40gb": 2})
+    document = observed_model(tmp_path, monkeypatch, mig, "A100-80GB")
+    for gpu in document["health"]["gpus"]:
+        gpu["remapped_rows"] = "not-supported"
+    assert compare(mig, document) == []
+    t4 = plan_for(tmp_path, "whole_card", gpu_model="T4")
+    document = observed_model(tmp_path, monkeypatch, t4, "T4")
+    assert {g["remapped_rows"] for g in document["health"]["gpus"]} == {"not-supported"}
+    assert compare(t4, document) == []
+
+
+def snapshot_verify_model(tmp_path, document, model: str) -> tuple[int, dict]:
+    inventory = tmp_path / "snap-model.py"
+    data = {"gpu_model": model, "gpu_count": 2, "driver_version": "535.261.03"}
+    data["kubelet_config_dir"] = "/etc/kubernetes/kubelet.conf.d"
+    inventory.write_text(f"whole_card = [('n1', {data!r})]\n")
+    snapshots = tmp_path / "snapshots-model"
+    snapshots.mkdir(exist_ok=True)
+    (snapshots / "n1.json").write_text(json.dumps(document))
+    result = CliRunner().invoke(
+        main, ["verify", str(inventory), "--snapshot-dir", str(snapshots), "--format", "json"]
+    )
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_counts_at_nvmls_maximum_make_the_gpu_unhealthy(tmp_path, monkeypatch):
+    plan = plan_for(tmp_path, "whole_card")
+    document = observed(
+        tmp_path, monkeypatch, plan, ["set-ecc", "--gpu", "0", "--uncorrected", str(2**64 - 1)]
+    )
+    document["health"]["gpus"][1]["remapped_rows"]["uncorrected"] = 2**32 - 1
+    found = [(f.gpu, f.check, f.found.split(": ", 1)[1]) for f in compare(plan, document)]
+    assert found == [
+        (
+            0,
+            "health",
+            "ecc_uncorrected volatile, aggregate at 18446744073709551615, NVML's "
+            "maximum: the count is saturated and the true count unknown",
+        ),
+        (
+            0,
+            "ecc",
+            "18446744073709551615 uncorrectable ECC errors since the driver loaded "
+            "(18446744073709551615 in the GPU's life)",
+        ),
+        (
+            1,
+            "health",
+            "remapped_rows uncorrected at 4294967295, NVML's maximum: the count is "
+            "saturated and the true count unknown",
+        ),
+    ]
+
+
+def test_a_critical_xid_logged_after_many_others_is_still_a_finding(tmp_path, monkeypatch):
+    plan = plan_for(tmp_path, "whole_card")
+    faults = [["inject", "xid", str(c), "--gpu", "0"] for c in range(1, 41) if c != 13] + [
+        ["inject", "xid", "79", "--gpu", "0"]
+    ]
+    document = observed(tmp_path, monkeypatch, plan, *faults)
+    [finding] = compare(plan, document)
+    assert (finding.gpu, finding.check) == (0, "xid") and "XID 79" in finding.found
+
+
+def test_a_truncated_document_that_may_lack_a_critical_xid_is_not_ok(tmp_path, monkeypatch):
+    plan = plan_for(tmp_path, "whole_card", health_critical_xids=[94])
+    faults = [["inject", "xid", str(c), "--gpu", "0"] for c in range(1, 41)]
+    document = observed(tmp_path, monkeypatch, plan, *faults)  # probed with the default codes
+    [finding] = compare(plan, document)
+    assert (finding.gpu, finding.check) == (None, "xid")
+    assert "without keeping XID 94 whole: a critical one may be missing" in finding.found
+    document["health"]["critical_xids"] = [94]  # a probe told the host's codes
+    assert compare(plan, document) == []

@@ -51,21 +51,21 @@ def test_one_config_per_distinct_layout_and_a_label_value_per_host(cluster):
     assert exported.host_configs == {
         "h100-1": "all-3g.40gb-2g.20gb-2x1g.10gb",
         "h100-2": "all-3g.40gb-2g.20gb-2x1g.10gb",
-        "h100-3": "gpu0.2-3g.40gb-2g.20gb-2x1g.10gb_gpu1-7g.80gb_gpu3-disabled",
+        "h100-3": "gpu0.2-3g.40gb-2g.20gb-2x1g.10gb_gpu1-7g.80gb_gpu3-enabled",
         "a100-1": "all-3g.40gb-2g.20gb-2x1g.10gb",
         "a30-1": "all-3x1g.6gb-1g.6gb.me",
         "a100-2": "all-disabled",  # MIG-capable outside mig: gpuprov keeps MIG off
         "h200-1": "all-disabled",
     }  # the T4 cannot do MIG: no config, no label
     configs = exported.document["mig-configs"]
-    assert configs["gpu0.2-3g.40gb-2g.20gb-2x1g.10gb_gpu1-7g.80gb_gpu3-disabled"] == [
+    assert configs["gpu0.2-3g.40gb-2g.20gb-2x1g.10gb_gpu1-7g.80gb_gpu3-enabled"] == [
         {
             "devices": [0, 2],
             "mig-enabled": True,
             "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
         },
         {"devices": [1], "mig-enabled": True, "mig-devices": {"7g.80gb": 1}},
-        {"devices": [3], "mig-enabled": False},
+        {"devices": [3], "mig-enabled": True, "mig-devices": {}},  # MIG on, no instances
     ]
 
 
@@ -125,7 +125,8 @@ def test_every_exported_config_imports_back_to_the_planned_layouts(cluster):
         name = exported.host_configs[host.name]
         imported = partedconfig.import_config(document, "exported", name, host.gpu_model)
         assert imported.model.alias == host.gpu_model
-        assert imported.layouts(host.gpu_count) == [g.layout for g in host.gpus], host.name
+        planned = [g.layout if g.mig_enabled else None for g in host.gpus]
+        assert imported.layouts(host.gpu_count) == planned, host.name
         solved = {g.index: g.instances for g in host.gpus}
         for where, instances in imported.placements.items():
             index = 0 if where == "all" else int(where.split()[1])
@@ -200,7 +201,7 @@ def test_import_prints_group_data_with_the_solved_placements(tmp_path, cluster):
             "import",
             str(path),
             "--config",
-            "gpu0.2-3g.40gb-2g.20gb-2x1g.10gb_gpu1-7g.80gb_gpu3-disabled",
+            "gpu0.2-3g.40gb-2g.20gb-2x1g.10gb_gpu1-7g.80gb_gpu3-enabled",
             "--model",
             "H100-80GB",
         ],
@@ -248,7 +249,7 @@ def test_import_prints_group_data_with_the_solved_placements(tmp_path, cluster):
         ("version: v1\nmig-configs: {a: [{devices: all}]}\n", "mig-enabled: must be true or false"),
         (
             "version: v1\nmig-configs: {a: [{devices: [-1], mig-enabled: false}]}\n",
-            "devices: must be all or a list of GPU indices",
+            "devices: must be all or a non-empty list of GPU indices",
         ),
         (
             "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, "
@@ -290,3 +291,85 @@ def test_export_prints_the_config_and_each_hosts_label_value(tmp_path, cluster):
     assert yaml.safe_load(result.stdout)["version"] == "v1"
     assert "# h100-1: all-3g.40gb-2g.20gb-2x1g.10gb" in result.stderr
     assert "cannot express placements" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "by_gpu, host_config, items",
+    [
+        (
+            {1: {}},
+            "gpu0-7g.80gb_gpu1-enabled",
+            [
+                {"devices": [0], "mig-enabled": True, "mig-devices": {"7g.80gb": 1}},
+                {"devices": [1], "mig-enabled": True, "mig-devices": {}},
+            ],
+        ),
+        (
+            {1: None},
+            "gpu0-7g.80gb_gpu1-disabled",
+            [
+                {"devices": [0], "mig-enabled": True, "mig-devices": {"7g.80gb": 1}},
+                {"devices": [1], "mig-enabled": False},
+            ],
+        ),
+        (
+            {0: {}, 1: {}},
+            "all-enabled",
+            [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+        ),
+    ],
+)
+def test_mig_on_without_instances_and_mig_off_round_trip_as_mig_parted_means_them(
+    tmp_path, by_gpu, host_config, items
+):
+    # Before: {1: {}} (MIG on, no instances) was exported as gpu1-disabled (MIG off), and an
+    # imported `mig-enabled: false` GPU came back as {} (MIG on); `mig-enabled: true` with empty
+    # mig-devices, mig-parted's own `all-enabled`, was refused.
+    inventory = write_inventory(
+        tmp_path,
+        f'mig = (["h"], {{"gpu_model": "H100-80GB", "gpu_count": 2, "mig_layout": {{"7g.80gb": 1}}, '
+        f'"mig_layout_by_gpu": {by_gpu!r}}})\n',
+    )
+    [host] = build(load(str(inventory))).hosts
+    exported = partedconfig.export([host])
+    assert exported.host_configs == {"h": host_config}
+    assert exported.document["mig-configs"][host_config] == items
+    path = tmp_path / "parted.yaml"
+    path.write_text(exported.text())
+    result = CliRunner().invoke(
+        main, ["mig", "import", str(path), "--config", host_config, "--model", "H100-80GB"]
+    )
+    assert result.exit_code == 0, result.output
+    data: dict = {}
+    exec(result.stdout, data)  # the snippet is group data
+    again = write_inventory(
+        tmp_path,
+        f'mig = (["h"], {{"gpu_count": 2, "gpu_model": {data["gpu_model"]!r}, '
+        + ", ".join(f"{k!r}: {data[k]!r}" for k in ("mig_layout", "mig_layout_by_gpu") if k in data)
+        + "})\n",
+    )
+    [replanned] = build(load(str(again))).hosts
+    assert [(g.mig_enabled, g.instances) for g in replanned.gpus] == [
+        (g.mig_enabled, g.instances) for g in host.gpus
+    ]
+
+
+def test_nvidia_mig_parted_accepts_mig_on_with_no_instances(tmp_path):
+    mig_parted = upstream_binary("nvidia-mig-parted")
+    path = tmp_path / "config.yaml"
+    inventory = write_inventory(
+        tmp_path,
+        'mig = (["h"], {"gpu_model": "H100-80GB", "gpu_count": 2, "mig_layout": {}, '
+        '"mig_layout_by_gpu": {1: None}})\n',
+    )
+    exported = partedconfig.export(build(load(str(inventory))).hosts)
+    path.write_text(exported.text())
+    [name] = exported.host_configs.values()
+    assert name == "gpu0-enabled_gpu1-disabled"
+    result = subprocess.run(
+        [str(mig_parted), "assert", "--valid-config", "-f", str(path), "-c", name],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -248,3 +249,25 @@ def test_mig_check_exit_codes(args, code):
     result = CliRunner().invoke(main, ["mig", "check", *args])
     assert result.exit_code == code, result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "data, args, key",
+    [
+        ('"kube_node_labels": list(range(10**6))', [], "kube_node_labels"),
+        ('"kube_node_labels": {"k" * 10**6: "v"}', [], "kube_node_labels"),
+        ('"kube_node_taints": ["k" * 10**6 + ":NoSchedule"]', [], "kube_node_taints"),
+        ('"x" * 10**6: 1', ["--strict"], "xxxx"),
+        ('"gpu_model": "Z" * 4000', [], "gpu_model"),
+    ],
+)
+def test_a_huge_value_or_key_is_quoted_shortened_on_one_line(tmp_path, data, args, key):
+    # Before: a million-item list, a 1 MB label key or a 1 MB foreign key made one error line of
+    # several MB.
+    path = write_inventory(
+        tmp_path, f'whole_card = (["n1"], {{"gpu_model": "T4", "gpu_count": 1, {data}}})\n'
+    )
+    result = CliRunner().invoke(main, ["plan", str(path), *args])
+    assert_bad_input(result, f"{path}: host n1", key)
+    [line] = result.output.splitlines()
+    assert len(line) < 1200 and not re.search(r"(.)\1{199}", line), line[:300]

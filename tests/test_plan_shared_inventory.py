@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuprov.cli import main
 from gpuprov.controller.inventory import load
 from gpuprov.core.plan import build
+from gpuprov.core.variables import VARIABLES, _edits, suggest
 from inventories import write_inventory
 
 KUBESPRAY = "inventories/kubespray/inventory.py"
@@ -65,3 +68,41 @@ def test_unknown_key_with_gpuprovs_own_prefix_is_an_error(tmp_path):
     result = CliRunner().invoke(main, ["plan", str(path)])
     assert result.exit_code == 2
     assert "gpuprov_agent_dir: unknown gpuprov key" in result.stderr
+
+
+def _full_osa(a: str, b: str) -> int:
+    """Optimal string alignment distance over the whole matrix (the textbook recurrence)."""
+    d = [[i + j if not i or not j else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(
+                d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+            )
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text("ab_-", max_size=12), st.text("ab_-", max_size=12), st.integers(0, 3))
+def test_the_bounded_edit_distance_is_the_distance_up_to_its_bound(a, b, most):
+    # The near-miss search compares a key only within its bound (issue #26: 10,000 foreign keys
+    # took a minute); within the bound it must be the real distance, beyond it just "more".
+    assert _edits(a, b, most) == min(_full_osa(a, b), most + 1)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(sorted(VARIABLES)), st.text("abcdefghijklmnopqrstuvwxyz_", max_size=3))
+def test_a_near_miss_is_found_among_every_name_not_only_those_of_its_length(name, noise):
+    key = name[: len(name) // 2] + noise + name[len(name) // 2 :]
+    normal = key.lower().replace("-", "_")
+    allowed = 1 if len(normal) <= 8 else 2
+    near = [n for n in VARIABLES if _full_osa(normal, n) <= allowed]
+    found = suggest(key)
+    if normal in VARIABLES:
+        assert found == (normal if normal != key else None)
+    elif not near:
+        assert found is None
+    else:
+        best = min(near, key=lambda n: _full_osa(normal, n))  # the first of the nearest
+        assert found == best, (key, found, best)

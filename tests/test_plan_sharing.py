@@ -195,3 +195,36 @@ def test_kubelet_max_pods_auto_counts_mps_replicas_like_time_slicing(tmp_path):
     hosts = {h["name"]: h for h in json.loads(result.stdout)["hosts"]}
     assert hosts["mps"]["kubelet_max_pods"] == hosts["ts"]["kubelet_max_pods"] == 110 + 8 * 4
     assert hosts["mps"]["resources"] == hosts["ts"]["resources"] == {"nvidia.com/gpu.shared": 32}
+
+
+@pytest.mark.parametrize("budget", ["5e-324", "1e-300", "0.0009", "2**-20"])
+@pytest.mark.parametrize("strategy", ["time-slicing", "mps"])
+def test_a_budget_under_one_mib_is_refused_not_an_overflow(tmp_path, budget, strategy):
+    # Before: 5e-324 GiB was an OverflowError traceback under MPS (memory // budget is inf) and a
+    # "0 GiB" share under time-slicing.
+    path = write_inventory(
+        tmp_path,
+        f'shared = (["n1"], {{{A100}, "time_slicing_replicas": 4, '
+        f'"sharing_strategy": "{strategy}", "memory_per_share_gib": {budget}}})\n'
+        f'vgpu = (["v1"], {{{A100}, "vgpu_flavour": "hami", "memory_per_share_gib": {budget}}})\n',
+    )
+    for command in (["plan"], ["kube", "render"]):
+        result = CliRunner().invoke(main, [*command, str(path)])
+        lines = errors(result)
+        assert len(lines) == 2 and {line.split(": host ")[1][:2] for line in lines} == {"n1", "v1"}
+        for line in lines:
+            assert ": memory_per_share_gib: must be at least 1 MiB (1/1024 GiB)" in line, line
+
+
+def test_a_budget_of_exactly_one_mib_is_planned_in_whole_mib(tmp_path):
+    sharing, _ = plan_json(
+        tmp_path, f'{{{A100}, "time_slicing_replicas": 4, "memory_per_share_gib": 2**-10}}'
+    )
+    assert sharing["memory_per_share"]["mib"] == 1
+    sharing, warnings = plan_json(
+        tmp_path,
+        f'{{{A100}, "time_slicing_replicas": 4, "sharing_strategy": "mps", '
+        '"memory_per_share_gib": 0.3}',
+    )
+    assert "81920 replicas would make the limit" not in warnings
+    assert "266 replicas would make the limit" in warnings  # 81920 MiB // 307 MiB

@@ -91,7 +91,12 @@ def good() -> dict:
             "/etc/missing": None,
             "/etc/huge.toml": {"error": "larger than 1 MiB"},
         },
-        "containerd": {"version": {"release": "2.0.0"}},
+        "containerd": {
+            "version": {
+                "ok": True,
+                "text": "containerd github.com/containerd/containerd/v2 v2.0.0 x",
+            }
+        },
         "packages": {
             "nvidia-driver": {"version": "535.261.03-1", "held": True},
             "nvidia-smi": {"version": None, "held": True},

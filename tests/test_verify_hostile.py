@@ -224,3 +224,103 @@ def test_a_file_the_probe_would_not_read_is_a_finding_naming_why(fleet, path):
     fleet.save("h2", document)
     found = only_h2_drifts(fleet, "device-plugin", "kubelet-max-pods")
     assert "not read by the probe: larger than 1 MiB" in [f["found"] for f in found]
+
+
+def health_section(document: dict) -> dict:
+    """A health section of healthy A100s for ``document``'s GPUs, as the probe writes it."""
+    return {
+        "kernel_log": {"path": "/dev/kmsg", "error": None, "truncated": False},
+        "gpus": [
+            {
+                "index": gpu["index"],
+                "ecc_uncorrected": {"volatile": 0, "aggregate": 0},
+                "remapped_rows": {
+                    "corrected": 0,
+                    "uncorrected": 0,
+                    "pending": False,
+                    "failure": False,
+                },
+                "retired_pages": "not-supported",
+                "xids": [],
+            }
+            for gpu in document["gpus"]
+        ],
+        "other_xids": [],
+    }
+
+
+XID_13 = {"code": 13, "count": 1, "last": "NVRM: Xid (PCI:0000:07:00): 13, pid=1, ..."}
+
+
+@pytest.mark.parametrize(
+    "tamper, check, found",
+    [
+        (
+            lambda d: d["health"]["gpus"].append(dict(d["health"]["gpus"][1])),
+            "probe-document",
+            "health.gpus[2].index: 1 again",
+        ),
+        (
+            lambda d: d["health"]["gpus"][0]["xids"].extend([XID_13, {**XID_13, "count": 4}]),
+            "probe-document",
+            "health.gpus[0].xids[1].code: 13 again (health.gpus[0].xids[0])",
+        ),
+        (
+            lambda d: d["health"]["other_xids"].extend(
+                [{**XID_13, "pci_bus_id": "0000:3b:00"}, {**XID_13, "pci_bus_id": "0000:3b:00"}]
+            ),
+            "probe-document",
+            "health.other_xids[1].code: 13 again (health.other_xids[0])",
+        ),
+        (
+            lambda d: d["kubelet_devices"].update(directory="/tmp/elsewhere"),
+            "kubelet-devices",
+            "read from /tmp/elsewhere",
+        ),
+        (
+            lambda d: d["containerd"]["dump"].update(ok="false"),
+            "probe-document",
+            'containerd.dump.ok: "false" is not true or false',
+        ),
+        (
+            lambda d: d["containerd"]["version"].update(ok=False),
+            "container-runtime",
+            "failed: containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3",
+        ),
+        (
+            lambda d: d["containerd"].update(version={"ok": True}),
+            "probe-document",
+            "containerd.version: missing text",
+        ),
+    ],
+)
+def test_a_probe_section_verify_cannot_trust_is_never_ok(fleet, tamper, check, found):
+    # Before: each of these snapshots verified ok (exit 0).
+    document = fleet.probe("h2")
+    document["health"] = health_section(document)
+    fleet.save("h2", document)
+    assert fleet.verify()[0] == 0
+    tamper(document)
+    fleet.save("h2", document)
+    findings = only_h2_drifts(fleet, check)
+    assert found in [f["found"] for f in findings], findings
+
+
+@pytest.mark.parametrize(
+    "checkpoint, said",
+    [
+        ("[" * 100_000 + "]" * 100_000, "malformed: nested too deep"),
+        (
+            '{"Data": {"PodDeviceEntries": null, "RegisteredDevices": {}}, "Checksum": '
+            + "9" * 5000
+            + "}",
+            "malformed: not the kubelet's checkpoint: Exceeds the limit",
+        ),
+    ],
+)
+def test_a_deep_or_5000_digit_kubelet_checkpoint_is_a_finding(fleet, checkpoint, said):
+    document = fleet.probe("h2")
+    document["kubelet_devices"]["checkpoint"] = checkpoint
+    fleet.save("h2", document)
+    [finding] = only_h2_drifts(fleet, "kubelet-checkpoint")
+    assert said in finding["found"]

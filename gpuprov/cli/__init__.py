@@ -30,6 +30,7 @@ def _installed() -> Mapping[str, Callable[[], click.Command]]:
     cls=LazyGroup,
     commands={
         "advise": "gpuprov.cli.advise:advise",
+        "deploy": "gpuprov.cli.deploy:deploy",
         "kube": "gpuprov.cli.kube:kube",
         "mig": "gpuprov.cli.mig:mig",
         "plan": "gpuprov.cli.plan:plan",

@@ -4,15 +4,17 @@ Helm values), rendered as files or applied with kubectl."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from gpuprov.cli.output import bad_input
+from gpuprov.cli.output_dir import write_files
 from gpuprov.cli.plan import limit_option, load_plan
 from gpuprov.controller.kube.kubectl import Kubectl, KubectlError
 from gpuprov.core.cluster import manifests
 from gpuprov.core.cluster.nodes import node_change
+from gpuprov.core.errors import InputError, Problem, shown
+from gpuprov.core.kube_names import label_problem
 from gpuprov.host.contract import EXIT_DRIFT, VGPU_NAMESPACE
 
 namespace_option = click.option(
@@ -53,6 +55,15 @@ def _render(
 ) -> manifests.Rendered:
     """The whole inventory's manifests (the ConfigMaps serve every node), ``--limit`` choosing
     the nodes."""
+    names = {"--namespace": namespace, "--vgpu-namespace": vgpu_namespace}
+    bad = [(o, why) for o, name in names.items() if (why := label_problem(name))]
+    if bad:
+        raise InputError(
+            [
+                Problem("command line", f"a namespace {why}, got {shown(names[o])}", key=o)
+                for o, why in bad
+            ]
+        )
     _, cluster = load_plan(inventory, ())
     only = {h.name for h in load_plan(inventory, limit)[1].hosts} if limit else None
     rendered = manifests.render(
@@ -101,11 +112,8 @@ def render(
     if out is None:
         click.echo(rendered.stream(), nl=False)
         return
-    directory = Path(out)
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in rendered.files:
-        (directory / name).write_text(rendered.file_text(name))
-    click.echo(f"wrote {', '.join(rendered.files)} to {directory}")
+    write_files(out, {name: rendered.file_text(name) for name in rendered.files})
+    click.echo(f"wrote {', '.join(rendered.files)} to {out}")
 
 
 @kube.command()

@@ -33,7 +33,9 @@ def mig() -> None:
 def _model(name: str) -> catalog.GpuModel:
     model = catalog.find_model(name)
     if model is None:
-        raise InputError([Problem("command line", catalog.load().unknown_model(name), key="MODEL")])
+        raise InputError(
+            [Problem("command line", catalog.load().unknown_model(name, shown), key="MODEL")]
+        )
     return model
 
 

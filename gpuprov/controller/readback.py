@@ -40,6 +40,7 @@ from gpuprov.controller.facts.probe import VerifyProbe
 from gpuprov.core.checks.host import (
     compare,
     containerd_main,
+    critical_xids,
     kubelet_devices_dir,
     probe_command,
     wanted_files,
@@ -83,6 +84,7 @@ def fact_arguments(plan: HostPlan, health: bool = True) -> dict[str, Any]:
         "globs": list(wanted.globs),
         "containerd": containerd_main(plan),
         "health": health,
+        "critical_xids": critical_xids(plan) if health else None,
         "kubelet_devices": kubelet_devices_dir(plan),
         "packages": list(wanted_packages(plan)),
         "units": list(wanted_units(plan)),

@@ -8,6 +8,8 @@ escape sequence cannot repaint the terminal.
 'gpu-1\\\\nerror: forged'
 >>> shown(10**5000)
 'an integer of about 5001 digits'
+>>> clipped("k" * 10**6)[-14:]
+'kkkkk... (cut)'
 """
 
 from __future__ import annotations
@@ -17,6 +19,14 @@ from dataclasses import dataclass
 
 # Longest rendering of a user's value inside a message; the rest is elided.
 SHOWN_MAX = 80
+# Longest rendering of the parts of a Problem: a file path (PATH_MAX on Linux is 4096, but no
+# one reads a path that long), a host name (a DNS name is at most 253), a key, the message. A
+# megabyte key or value then still makes one readable line.
+FILE_SHOWN_MAX = 512
+HOST_SHOWN_MAX = 256
+KEY_SHOWN_MAX = 120
+MESSAGE_SHOWN_MAX = 1000
+_CUT = "... (cut)"
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -41,6 +51,18 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
+def clipped(text: str, most: int = SHOWN_MAX) -> str:
+    """``text`` made ``printable`` and cut to at most ``most`` characters, saying so.
+
+    >>> clipped("gpu-01"), clipped("a\\nb" * 50, 12)
+    ('gpu-01', 'a\\\\n... (cut)')
+    """
+    safe = printable(text[: most + 1])  # only what can be shown is escaped
+    if len(safe) <= most and len(text) <= most:
+        return safe
+    return safe[: max(most - len(_CUT), 1)] + _CUT
+
+
 def shown(value: object) -> str:
     """A short, safe rendering of a user's value for a message (``repr``, cut at SHOWN_MAX).
 
@@ -55,9 +77,7 @@ def shown(value: object) -> str:
         text = repr(value)
     except Exception as e:  # a user's object whose __repr__ fails
         text = f"<{type(value).__name__}: repr failed: {type(e).__name__}>"
-    if len(text) > SHOWN_MAX:
-        text = text[: SHOWN_MAX - 10] + "... (cut)"
-    return printable(text)
+    return clipped(text)
 
 
 @dataclass(frozen=True)
@@ -82,26 +102,26 @@ class Problem:
     gpus: int = 0
 
     def __str__(self) -> str:
-        where = printable(self.file)
+        where = clipped(self.file, FILE_SHOWN_MAX)
         if len(self.hosts) > 1:
-            names = ", ".join(printable(h) for h in self.hosts[:3])
+            names = ", ".join(clipped(h, HOST_SHOWN_MAX) for h in self.hosts[:3])
             more = f" and {len(self.hosts) - 3} more" if len(self.hosts) > 3 else ""
             where += f": hosts {names}{more}"
         elif self.host:
-            where += f": host {printable(self.host)}"
+            where += f": host {clipped(self.host, HOST_SHOWN_MAX)}"
         if self.source and (self.host or len(self.hosts) > 1):
-            where += f" ({printable(self.source)})"
+            where += f" ({clipped(self.source, FILE_SHOWN_MAX)})"
         elif self.source:
-            where += f": {printable(self.source)}"
+            where += f": {clipped(self.source, FILE_SHOWN_MAX)}"
         if self.key:
-            where += f": {printable(self.key)}"
+            where += f": {clipped(self.key, KEY_SHOWN_MAX)}"
         counts = []
         if len(self.hosts) > 1:
             counts.append(f"{len(self.hosts)} hosts")
         if self.gpus > 1:
             counts.append(f"{self.gpus} GPUs")
         suffix = f" [{', '.join(counts)}]" if counts else ""
-        return f"{where}: {printable(self.message)}{suffix}"
+        return f"{where}: {clipped(self.message, MESSAGE_SHOWN_MAX)}{suffix}"
 
 
 def merged(problems: list[Problem]) -> list[Problem]:

@@ -1,8 +1,9 @@
 """GPU memory per share: whether a planned number of shares fits a GPU's memory, and what one
 share may use under each sharing strategy.
 
-Pure arithmetic on MiB (the catalog's unit, ``memory_mib``) with budgets given in GiB (1 GiB =
-1024 MiB). Time-slicing isolates nothing: one pod can take the whole GPU and the others fail
+Pure integer arithmetic on MiB (the catalog's unit, ``memory_mib``): a budget given in GiB
+(1 GiB = 1024 MiB) is taken as the whole MiB it holds (``budget_mib``), as HAMi-core and NVIDIA's
+MPS daemon count memory in whole MiB, so no tiny or huge float can overflow a division. Time-slicing isolates nothing: one pod can take the whole GPU and the others fail
 (an OOM storm with 50 replicas per GPU; NVIDIA/k8s-device-plugin#461, #1119), so a budget is a
 plan, not a limit. MPS caps each client: NVIDIA's MPS control daemon sets
 ``set_default_device_pinned_mem_limit <gpu> <total/replicas>M`` for every GPU it shares
@@ -28,6 +29,18 @@ from dataclasses import dataclass
 from gpuprov.host.contract import SHARING_MPS
 
 MIB_PER_GIB = 1024
+# The smallest budget: one MiB, the unit every consumer counts share memory in (HAMi's gpumem,
+# the MPS daemon's pinned memory limit `<n>M`). Less would plan shares of 0 MiB.
+BUDGET_MIN_MIB = 1
+
+
+def budget_mib(budget_gib: float) -> int:
+    """A budget in GiB as whole MiB, rounded down (a share holds no fraction of a MiB).
+
+    >>> budget_mib(7.5), budget_mib(0.3), budget_mib(20)
+    (7680, 307, 20480)
+    """
+    return int(budget_gib * MIB_PER_GIB)
 
 
 def gib(mib: float) -> str:
@@ -43,14 +56,14 @@ def gib(mib: float) -> str:
 def overcommitted(gpu_memory_mib: int, shares: int, budget_gib: float) -> str | None:
     """Why ``shares`` budgets of ``budget_gib`` do not fit one GPU of ``gpu_memory_mib``, or
     None when they fit (``shares x budget <= memory``)."""
-    budget_mib = budget_gib * MIB_PER_GIB
-    if shares * budget_mib <= gpu_memory_mib:
+    budget = budget_mib(budget_gib)
+    if shares * budget <= gpu_memory_mib:
         return None
-    fitting = int(gpu_memory_mib // budget_mib)
+    fitting = gpu_memory_mib // budget
     return (
-        f"{shares} shares x {gib(budget_mib)} GiB = {shares * budget_mib:g} MiB is more than "
+        f"{shares} shares x {gib(budget)} GiB = {shares * budget} MiB is more than "
         f"one GPU's {gpu_memory_mib} MiB ({gib(gpu_memory_mib)} GiB); {fitting} shares of "
-        f"{gib(budget_mib)} GiB fit, or {gib(gpu_memory_mib // shares)} GiB per share for {shares}"
+        f"{gib(budget)} GiB fit, or {gib(gpu_memory_mib // shares)} GiB per share for {shares}"
     )
 
 
@@ -68,14 +81,15 @@ def mps_budget_note(gpu_memory_mib: int, replicas: int, budget_gib: float) -> st
     """What a budget below the MPS limit means (the limit stays), or None when it equals it or
     is above it (then ``overcommitted`` speaks)."""
     limit = mps_limit_mib(gpu_memory_mib, replicas)
-    budget_mib = budget_gib * MIB_PER_GIB
-    if budget_mib >= limit:
+    budget = budget_mib(budget_gib)
+    if budget >= limit:
         return None
+    replicas_for_budget = gpu_memory_mib // budget
     return (
         f"MPS limits each client to the GPU's memory / replicas = {gib(limit)} GiB, not "
-        f"{gib(budget_mib)} GiB: the device plugin's config has no key for another limit; "
-        f"{int(gpu_memory_mib // budget_mib)} replicas would make the limit "
-        f"{gib(mps_limit_mib(gpu_memory_mib, int(gpu_memory_mib // budget_mib)))} GiB"
+        f"{gib(budget)} GiB: the device plugin's config has no key for another limit; "
+        f"{replicas_for_budget} replicas would make the limit "
+        f"{gib(mps_limit_mib(gpu_memory_mib, replicas_for_budget))} GiB"
     )
 
 
@@ -108,7 +122,7 @@ def share_memory(
         return ShareMemory(mps_limit_mib(gpu_memory_mib, shares), True, "MPS")
     if budget_gib is None:
         return ShareMemory(gpu_memory_mib // shares, False)
-    return ShareMemory(int(budget_gib * MIB_PER_GIB), False)
+    return ShareMemory(budget_mib(budget_gib), False)
 
 
 def vgpu_share_memory(
@@ -124,4 +138,4 @@ def vgpu_share_memory(
     enforcer = "HAMi-core"
     if budget_gib is None:
         return ShareMemory(int(gpu_memory_mib * memory_scaling) // split_count, True, enforcer)
-    return ShareMemory(int(budget_gib * MIB_PER_GIB), True, enforcer)
+    return ShareMemory(budget_mib(budget_gib), True, enforcer)

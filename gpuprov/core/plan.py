@@ -29,7 +29,14 @@ from gpuprov.core.memory_budget import (
     vgpu_share_memory,
 )
 from gpuprov.core.mig.solver import solve
-from gpuprov.core.variables import NOT_SET, OWN_PREFIX, PYINFRA_PREFIXES, VARIABLES, suggest
+from gpuprov.core.variables import (
+    NOT_SET,
+    OWN_PREFIX,
+    PYINFRA_PREFIXES,
+    VARIABLES,
+    pool_problems,
+    suggest,
+)
 from gpuprov.core.vgpu import Vgpu
 from gpuprov.host.contract import (
     GPU_RESOURCE,
@@ -369,10 +376,12 @@ class _HostPlanner:
                 settings[name] = var.check(value)
             except ValueError as e:
                 self.problem(str(e), key=name)
+        for key, why in pool_problems(settings, mode):
+            self.problem(why, key=key)
         settings.setdefault("mig_strategy", None)
         model = settings.get("gpu_model")
         if model is not None and catalog.find_model(model) is None:
-            self.problem(catalog.load().unknown_model(model), key="gpu_model")
+            self.problem(catalog.load().unknown_model(model, shown), key="gpu_model")
         elif model is not None and mode == "mig" and not catalog.find_model(model).mig_capable:
             self.problem(
                 f"{model} does not support MIG; put the host in shared or whole_card",

@@ -16,11 +16,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpuprov.core import kube_names
 from gpuprov.core.errors import has_control, shown
+from gpuprov.core.memory_budget import BUDGET_MIN_MIB, MIB_PER_GIB, budget_mib
 from gpuprov.core.packaging.profiles import driver_version, profiles
 from gpuprov.host.contract import (
     AGENT_PATH,
@@ -31,6 +34,7 @@ from gpuprov.host.contract import (
     GPU_CLIENT_UNITS,
     KUBELET_CONFIG_PATH,
     MIG_CONFIG_LABEL,
+    MODES,
     MPS_CAPABLE_LABEL,
     MPS_ROOT,
     OPERATOR_DEVICE_PLUGIN_LABEL,
@@ -75,8 +79,6 @@ _DEB_VERSION = re.compile(r"[0-9][A-Za-z0-9.+~:-]*")
 _COMMAND_NAME = re.compile(r"[A-Za-z0-9._+/-]+")
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@\\-]+")
 _WORD = re.compile(r"[A-Za-z0-9._+~/:-]+")
-# RFC 1123 subdomain: what Kubernetes accepts as a node name.
-_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,16 @@ def _url(value: Any) -> str:
     return value
 
 
+def _node_name(value: Any) -> str:
+    """A Kubernetes node name: an RFC 1123 subdomain of at most 253 characters."""
+    problem = kube_names.subdomain_problem(_str(value))
+    if problem:
+        raise ValueError(
+            f"must be a Kubernetes node name, and a node name {problem}; got {shown(value)}"
+        )
+    return value
+
+
 def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda value: None if value is None else check(value)
 
@@ -186,12 +198,17 @@ def _list(item: Callable[[Any], str]) -> Callable[[Any], list[str]]:
 
 
 def _gib(value: Any) -> int | float:
-    """An amount of memory in GiB: a number above 0 and at most SHARE_MEMORY_MAX_GIB."""
+    """An amount of memory in GiB: at least 1 MiB (1/1024) and at most SHARE_MEMORY_MAX_GIB."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
     if not ok or not 0 < value <= SHARE_MEMORY_MAX_GIB:
         raise ValueError(
             f"must be a number of GiB above 0 and at most {SHARE_MEMORY_MAX_GIB} (no GPU has "
             f"more memory), got {shown(value)}"
+        )
+    if budget_mib(value) < BUDGET_MIN_MIB:
+        raise ValueError(
+            f"must be at least {BUDGET_MIN_MIB} MiB ({BUDGET_MIN_MIB}/{MIB_PER_GIB} GiB): "
+            f"share memory is counted in whole MiB, so less is a share of 0; got {shown(value)}"
         )
     return value
 
@@ -415,7 +432,8 @@ _VARIABLES = [
     Variable(
         "memory_per_share_gib",
         None,
-        f"GPU memory one pod may use per share, in GiB (above 0, at most {SHARE_MEMORY_MAX_GIB}); "
+        f"GPU memory one pod may use per share, in GiB (at least 1 MiB = 1/1024, at most "
+        f"{SHARE_MEMORY_MAX_GIB}; taken in whole MiB); "
         "the plan refuses replicas (`vgpu`: `vgpu_split_count`) x this above the GPU model's "
         "memory. None: the memory / replicas, shown as not enforced under time-slicing. On "
         "`vgpu` hosts HAMi-core holds each pod to the `gpumem` it requests: request this.",
@@ -453,7 +471,8 @@ _VARIABLES = [
         "mig_layout_by_gpu",
         {},
         "GPU index -> layout, overriding `mig_layout` for those "
-        "GPUs; `None` for a GPU keeps MIG disabled on it, `{}` enables MIG with no instances.",
+        "GPUs; `None` for a GPU keeps MIG disabled on it (mig-parted's `mig-enabled: false`), "
+        "`{}` enables MIG with no instances (`mig-enabled: true`, empty `mig-devices`).",
         _layout_by_gpu,
         modes=("mig",),
     ),
@@ -533,8 +552,9 @@ _VARIABLES = [
     Variable(
         "kube_node_name",
         None,
-        "Kubernetes node name (an RFC 1123 subdomain); None uses the inventory host name.",
-        _optional(_matching(_NODE_NAME, "a Kubernetes node name (lowercase RFC 1123)")),
+        "Kubernetes node name (an RFC 1123 subdomain, at most 253 characters); None uses the "
+        "inventory host name, which must then be one (`gpu_01` is not: `kube render` refuses it).",
+        _optional(_node_name),
     ),
     Variable(
         "drain_timeout",
@@ -629,7 +649,6 @@ _VARIABLES += [
 # not Kubespray's `node_labels`/`node_taints`, so an inventory shared with Kubespray keeps its own.
 # `{mode}` in a value stands for the host's mode group.
 _LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Set from the plan by `gpuprov kube`, never by hand.
 _PLAN_LABELS = (
@@ -644,21 +663,33 @@ _PLAN_LABELS = (
 def _label_key(key: str) -> str:
     """A Kubernetes label or taint key: ``[prefix/]name``, as the API server validates it."""
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
-        raise ValueError(f"{key!r}: prefix must be a DNS subdomain (like gpuprov.io)")
+    if prefix and kube_names.subdomain_problem(prefix):
+        raise ValueError(f"{shown(key)}: prefix must be a DNS subdomain (like gpuprov.io)")
     if not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
         raise ValueError(
-            f"{key!r}: name must be 1-63 characters, alphanumeric at both ends, with - _ . inside"
+            f"{shown(key)}: name must be 1-63 characters, alphanumeric at both ends, with - _ . inside"
         )
     return key
 
 
-def _label_value(value: str) -> str:
-    """A label (or taint) value: empty, or up to 63 characters ``[A-Za-z0-9-_.]``."""
-    probe = value.replace("{mode}", "shared")
+def with_mode(value: str, mode: str) -> str:
+    """A ``kube_node_labels`` or ``kube_node_taints`` text with ``{mode}`` filled in.
+
+    >>> with_mode("gpuprov.io/pool={mode}:NoSchedule", "mig")
+    'gpuprov.io/pool=mig:NoSchedule'
+    """
+    return value.replace("{mode}", mode)
+
+
+def _label_value(value: str, mode: str | None = None) -> str:
+    """A label (or taint) value: empty, or up to 63 characters ``[A-Za-z0-9-_.]``, with
+    ``{mode}`` as ``mode``; without a mode as the shortest mode name, so that only what no host
+    could render is refused here (``pool_problems`` checks each host with its own mode)."""
+    probe = with_mode(value, mode or min(MODES, key=len))
     if len(probe) > 63 or not _LABEL_NAME.fullmatch(probe):
+        text = shown(value) if mode is None else f"{shown(value)} ({shown(probe)} in {mode})"
         raise ValueError(
-            f"value {value!r} must be at most 63 characters, alphanumeric at both ends, "
+            f"value {text} must be at most 63 characters, alphanumeric at both ends, "
             "with - _ . inside"
         )
     return value
@@ -666,10 +697,14 @@ def _label_value(value: str) -> str:
 
 def _node_labels(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise ValueError(f"must be a mapping of label key to value, got {value!r}")
+        raise ValueError(f"must be a mapping of label key to value, got {shown(value)}")
+    if len(value) > LIST_MAX:
+        raise ValueError(f"must hold at most {LIST_MAX} labels, got {len(value)}")
     for key, label in value.items():
         if not isinstance(key, str) or not isinstance(label, str):
-            raise ValueError(f"label keys and values must be strings, got {key!r}: {label!r}")
+            raise ValueError(
+                f"label keys and values must be strings, got {shown(key)}: {shown(label)}"
+            )
         if key in _PLAN_LABELS:
             raise ValueError(f"{key} is set from the plan; remove it")
         _label_key(key)
@@ -679,31 +714,64 @@ def _node_labels(value: Any) -> dict[str, str]:
 
 def _node_taints(value: Any) -> list[str]:
     taints = _list(_str)(value)
+    seen: dict[tuple[str, str], str] = {}
     for taint in taints:
         head, sep, effect = taint.rpartition(":")
         if not sep or effect not in TAINT_EFFECTS:
             raise ValueError(
-                f"taint {taint!r} must be KEY[=VALUE]:EFFECT, EFFECT one of "
+                f"taint {shown(taint)} must be KEY[=VALUE]:EFFECT, EFFECT one of "
                 f"{', '.join(TAINT_EFFECTS)}"
             )
         key, _, taint_value = head.partition("=")
         _label_key(key)
         _label_value(taint_value)
+        # The API server refuses a node whose taints repeat a key and effect
+        # (ValidateNodeTaints: "taints must be unique by key and effect pair").
+        if (key, effect) in seen:
+            raise ValueError(
+                f"taints {shown(seen[key, effect])} and {shown(taint)} have the same key and "
+                "effect; Kubernetes allows one taint per key and effect"
+            )
+        seen[key, effect] = taint
     return taints
+
+
+def pool_problems(settings: dict[str, Any], mode: str) -> list[tuple[str, str]]:
+    """(key, why) for each ``kube_node_labels`` value or ``kube_node_taints`` value that is
+    not a label value once ``{mode}`` is this host's ``mode`` (``whole_card`` is 7 characters
+    longer than ``mig``).
+
+    >>> pool_problems({"kube_node_labels": {"a": "x" * 60 + "{mode}"}, "kube_node_taints": []},
+    ...               "mig")
+    []
+    """
+    problems = []
+    for key, value in settings.get("kube_node_labels", {}).items():
+        try:
+            _label_value(value, mode)
+        except ValueError as e:
+            problems.append(("kube_node_labels", f"label {shown(key)}: {e}"))
+    for taint in settings.get("kube_node_taints", []):
+        try:
+            _label_value(taint.rpartition(":")[0].partition("=")[2], mode)
+        except ValueError as e:
+            problems.append(("kube_node_taints", f"taint {shown(taint)}: {e}"))
+    return problems
 
 
 _VARIABLES += [
     Variable(
         "kube_node_labels",
         {POOL_LABEL: "{mode}"},
-        "Node labels gpuprov owns on the host's Kubernetes node (`{mode}`: the mode group).",
+        "Node labels gpuprov owns on the host's Kubernetes node (`{mode}`: the mode group; "
+        "each value at most 63 characters with the host's own mode filled in).",
         _node_labels,
     ),
     Variable(
         "kube_node_taints",
         [f"{POOL_LABEL}={{mode}}:NoSchedule"],
-        "Node taints gpuprov owns, `KEY[=VALUE]:EFFECT`: pods need a matching toleration "
-        "to land on the pool. `[]` for none.",
+        "Node taints gpuprov owns, `KEY[=VALUE]:EFFECT`, one per key and effect (as Kubernetes "
+        "allows): pods need a matching toleration to land on the pool. `[]` for none.",
         _node_taints,
     ),
 ]
@@ -796,6 +864,12 @@ OWN_PREFIX = "gpuprov_"
 PYINFRA_PREFIXES = ("ssh_", "winrm_", "docker_", "dockerssh_", "chroot_", "podman_")
 # Longest key worth comparing with the registry: a near miss is at most 2 edits away.
 _NEAR_MAX = max(len(n) for n in VARIABLES) + 2
+# Key length -> the names a key of that length can be at most 2 edits from, in registry order
+# (the first of equally near names wins, as before).
+_BY_LENGTH = {
+    n: tuple(name for name in VARIABLES if abs(len(name) - n) <= (1 if n <= 8 else 2))
+    for n in range(_NEAR_MAX + 1)
+}
 
 
 # Keys gpuprov read under another name before: an inventory that still sets one is told the
@@ -803,10 +877,16 @@ _NEAR_MAX = max(len(n) for n in VARIABLES) + 2
 RENAMED = {"mig_gpu_clients": "gpu_clients"}
 
 
+@lru_cache(maxsize=1 << 16)
 def suggest(key: str) -> str | None:
     """The gpuprov key a near-miss ``key`` probably meant (a case or ``-`` variant, or at most
     one edit away for short keys and two for longer ones, or a renamed key's new name), or None:
-    then the key is another tool's."""
+    then the key is another tool's.
+
+    Cheap on an inventory with thousands of other tools' keys: each distinct key is worked out
+    once (cached), and compared only with the names whose length is within the edits allowed
+    (each edit changes the length by at most one), each comparison stopping once it is past
+    them."""
     if key in RENAMED:
         return RENAMED[key]
     if len(key) > _NEAR_MAX:
@@ -815,20 +895,34 @@ def suggest(key: str) -> str | None:
     if normal in VARIABLES:
         return normal if normal != key else None
     allowed = 1 if len(normal) <= 8 else 2
-    best = min(VARIABLES, key=lambda name: _edits(normal, name))
-    return best if _edits(normal, best) <= allowed else None
+    best, fewest = None, allowed + 1
+    for name in _BY_LENGTH.get(len(normal), ()):
+        edits = _edits(normal, name, fewest - 1)
+        if edits < fewest:
+            best, fewest = name, edits
+    return best
 
 
-def _edits(a: str, b: str) -> int:
-    """Edit distance with adjacent transpositions (optimal string alignment)."""
+def _edits(a: str, b: str, most: int) -> int:
+    """Edit distance with adjacent transpositions (optimal string alignment), or ``most + 1``
+    when it is more than ``most``: only the cells within ``most`` of the diagonal are worked
+    out (a path through any other costs more), and it stops at a row that is already past."""
+    big = most + 1
+    if abs(len(a) - len(b)) > most:
+        return big
     previous2: list[int] = []
-    previous = list(range(len(b) + 1))
+    previous = [j if j <= most else big for j in range(len(b) + 1)]
     for i, ca in enumerate(a, 1):
-        current = [i]
-        for j, cb in enumerate(b, 1):
+        low, high = max(1, i - most), min(len(b), i + most)
+        current = [big] * (len(b) + 1)
+        current[0] = i if i <= most else big
+        for j in range(low, high + 1):
+            cb = b[j - 1]
             cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb))
             if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
                 cost = min(cost, previous2[j - 2] + 1)
-            current.append(cost)
+            current[j] = min(cost, big)
+        if min(current[low - 1 : high + 1]) > most:  # every later row is at least as far
+            return big
         previous2, previous = previous, current
     return previous[-1]

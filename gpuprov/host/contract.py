@@ -247,8 +247,16 @@ PROBE_FILE_MAX_BYTES = 1 << 20
 # KERNEL_LOG_MAX_BYTES (the kernel's ring buffer is typically 128 KiB - a few MiB; log_buf_len).
 KERNEL_LOG_PATH = "/dev/kmsg"
 KERNEL_LOG_MAX_BYTES = 16 << 20
-KERNEL_LOG_MAX_XIDS_PER_GPU = 32  # distinct XID codes kept per GPU; each with its count
+KERNEL_LOG_MAX_XIDS_PER_GPU = 32  # distinct non-critical XID codes kept per GPU, with counts
+# Critical XID codes a probe keeps whole (``--critical-xids``; ``health_critical_xids`` lists at
+# most this many), however many other codes the log holds.
+CRITICAL_XIDS_MAX = 64
 HEALTH_NOT_SUPPORTED = "not-supported"  # what the probe records for an NVML call a GPU lacks
+# The largest count each NVML health reading can carry: nvml.h gives ECC counts as
+# `unsigned long long`, remapped rows and retired pages as `unsigned int`. A count at its maximum
+# is saturated: the true count is unknown (verify calls the GPU unhealthy).
+NVML_ECC_COUNT_MAX = 2**64 - 1
+NVML_UINT_MAX = 2**32 - 1
 # `gpuprov kube render --node-problem-detector`: a ConfigMap for Node Problem Detector (which
 # usually runs in kube-system), its key a system log monitor config NPD reads with
 # --config.system-log-monitor=/config/<key>.

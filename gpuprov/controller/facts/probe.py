@@ -116,6 +116,7 @@ class VerifyProbe(AgentProbe):
 
     + containerd: containerd's main config (``containerd_config_path``); None for docker hosts
     + health: also read each GPU's health (NVML error counters, the kernel log's XIDs)
+    + critical_xids: with health, the XID codes the probe keeps whole (``48,79``)
     + kubelet_devices: the kubelet's device-plugin directory; None to leave the section out
     + packages: Debian package names or dpkg-query patterns: installed version and hold
     + units: systemd units: enabled and active
@@ -141,10 +142,13 @@ class VerifyProbe(AgentProbe):
         kubelet_devices: str | None = None,
         packages: Sequence[str] = (),
         units: Sequence[str] = (),
+        critical_xids: str | None = None,
     ) -> StringCommand:
         extra = ["--containerd", QuoteString(containerd)] if containerd else []
         if health:
             extra.append("--health")
+            if critical_xids is not None:
+                extra += ["--critical-xids", QuoteString(critical_xids)]
         if kubelet_devices:
             extra += ["--kubelet-devices", QuoteString(kubelet_devices)]
         for name in packages:

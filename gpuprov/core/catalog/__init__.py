@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -118,8 +119,10 @@ class Catalog:
         """Aliases that look like a misspelt ``name`` (``A100-80G`` -> ``['A100-80GB']``)."""
         return difflib.get_close_matches(name, list(self.models), n=3, cutoff=0.5)
 
-    def unknown_model(self, name: str) -> str:
-        """The message for a model the catalog lacks, with the likely one or the known ones.
+    def unknown_model(self, name: str, quoted: Callable[[str], str] = repr) -> str:
+        """The message for a model the catalog lacks, with the likely one or the known ones;
+        ``quoted`` renders the name (callers pass ``gpuprov.core.errors.shown``, which shortens
+        a huge one).
 
         >>> load().unknown_model("A100-80G")
         "unknown GPU model 'A100-80G'; did you mean A100-80GB?"
@@ -130,7 +133,7 @@ class Catalog:
             if close
             else f"; known models: {', '.join(self.models)}"
         )
-        return f"unknown GPU model {name!r}{hint}"
+        return f"unknown GPU model {quoted(name)}{hint}"
 
 
 @cache

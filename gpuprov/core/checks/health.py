@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuprov.core.checks.probe_document import ProbeDocument
+from gpuprov.core import catalog
+from gpuprov.core.checks.probe_document import HEALTH_READINGS, ProbeDocument
 from gpuprov.core.findings import Finding
 from gpuprov.core.hostfiles.documents import Report, one_line
 from gpuprov.core.plan import HostPlan
@@ -48,9 +49,25 @@ def check(plan: HostPlan, probe: ProbeDocument) -> list[Finding]:
             one_line(log["error"])[:200],
             "run the probe as root (reading the kernel log needs it, or CAP_SYSLOG)",
         )
+    kept_whole = set(health.get("critical_xids", ()))  # an older probe kept none whole
+    if log["truncated"] and not critical <= kept_whole:
+        codes = ", ".join(map(str, sorted(critical - kept_whole)[:8]))
+        report.add(
+            XID,
+            "every critical XID of the kernel log in the probe document",
+            f"the probe left XIDs out (the kernel log's XIDs were truncated) without keeping "
+            f"XID {codes} whole: a critical one may be missing",
+            "probe with the host's critical XIDs (verify passes them: --critical-xids)",
+        )
     uuids = {gpu["index"]: gpu["uuid"] for gpu in probe.gpus}
+    model = catalog.find_model(plan.gpu_model)
+    by_index = {gpu["index"]: gpu for gpu in probe.gpus}
     for gpu in health["gpus"]:
         _gpu(report, gpu, uuids.get(gpu["index"], "?"), critical)
+        if model is not None:
+            _unanswered(
+                report, gpu, uuids.get(gpu["index"], "?"), model, by_index.get(gpu["index"])
+            )
     for other in health["other_xids"]:
         if other["code"] in critical:
             report.add(
@@ -83,6 +100,21 @@ def _gpu(report: Report, gpu: Mapping[str, Any], uuid: str, critical: set[int]) 
                 f"{key} read through NVML",
                 f"{uuid}: {one_line(reading['error'])[:200]}",
                 "run nvidia-smi -q on the host to see why NVML fails",
+                gpu=index,
+            )
+    for key, fields in HEALTH_READINGS.items():
+        reading = _reading(gpu[key])
+        full = [
+            f for f, most in fields.items() if most is not bool and reading and reading[f] == most
+        ]
+        if full:
+            report.add(
+                HEALTH,
+                f"{key} counts below NVML's maximum",
+                f"{uuid}: {key} {', '.join(full)} at {fields[full[0]]}, NVML's maximum: the "
+                "count is saturated and the true count unknown",
+                f"drain the node and run nvidia-smi -q -d ECC,ROW_REMAPPER -i {index}; "
+                "service the GPU",
                 gpu=index,
             )
     ecc = _reading(gpu["ecc_uncorrected"])
@@ -124,6 +156,52 @@ def _gpu(report: Report, gpu: Mapping[str, Any], uuid: str, critical: set[int]) 
             "drain the node and reboot it (or reload the driver) to retire the page",
             gpu=index,
         )
+
+
+def answers(model: catalog.GpuModel, gpu: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The readings a GPU of ``model`` in the probe's state ``gpu`` gives (docs/health.md):
+    uncorrectable ECC counts on every catalog model (all have ECC memory); row remapping on
+    row-remapping models, except on a MIG GPU with instances (NVML's note on
+    nvmlDeviceGetRemappedRows); retired pages on page-retirement models.
+
+    >>> answers(catalog.find_model("A100-80GB"), {"mig": {"current": False}, "gpu_instances": []})
+    ('ecc_uncorrected', 'remapped_rows')
+    """
+    out = ["ecc_uncorrected"]
+    mig = (gpu or {}).get("mig") or {}
+    instances = mig.get("current") is True and bool((gpu or {}).get("gpu_instances"))
+    if model.memory_repair == "row-remapping" and not instances:
+        out.append("remapped_rows")
+    if model.memory_repair == "page-retirement":
+        out.append("retired_pages")
+    return tuple(out)
+
+
+def _unanswered(
+    report: Report,
+    gpu: Mapping[str, Any],
+    uuid: str,
+    model: catalog.GpuModel,
+    state: Mapping[str, Any] | None,
+) -> None:
+    """A reading the model gives read back as not-supported: the GPU's memory health is then
+    unknown, which is not healthy (ECC turned off, or a document that hides a reading)."""
+    index = gpu["index"]
+    for key in answers(model, state):
+        if gpu[key] == HEALTH_NOT_SUPPORTED:
+            hint = {
+                "ecc_uncorrected": f"ECC may be disabled: nvidia-smi -q -d ECC -i {index} (turn "
+                f"it on with nvidia-smi -e 1 -i {index} and a GPU reset)",
+                "remapped_rows": f"nvidia-smi -q -d ROW_REMAPPER -i {index} on the host",
+                "retired_pages": f"nvidia-smi -q -d PAGE_RETIREMENT -i {index} on the host",
+            }[key]
+            report.add(
+                HEALTH,
+                f"{key} read through NVML (a {model.alias} reports it)",
+                f"{uuid}: {key} {HEALTH_NOT_SUPPORTED}",
+                hint,
+                gpu=index,
+            )
 
 
 def _reading(value: Any) -> Mapping[str, Any] | None:

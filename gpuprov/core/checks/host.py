@@ -61,6 +61,16 @@ def kubelet_devices_dir(plan: HostPlan) -> str | None:
     return KUBELET_DEVICE_PLUGIN_DIR if plan.settings["verify_kubelet_devices"] else None
 
 
+def critical_xids(plan: HostPlan) -> str:
+    """The host's ``health_critical_xids`` as the probe's ``--critical-xids`` takes them: the
+    codes it must keep whole however many others the kernel logged.
+
+    >>> critical_xids(plan)                                     # doctest: +SKIP
+    '48,64,74,75,79,95,119,120,140'
+    """
+    return ",".join(map(str, plan.settings["health_critical_xids"]))
+
+
 def _files(check: Callable[[HostPlan, Mapping[str, Any]], list[Finding]]) -> FileCheck:
     return lambda plan, probe: check(plan, probe.files)
 
@@ -131,7 +141,7 @@ def probe_command(plan: HostPlan, health: bool = True) -> str:
     if containerd_main(plan):
         words += ["--containerd", containerd_main(plan)]
     if health:
-        words.append("--health")
+        words += ["--health", "--critical-xids", critical_xids(plan)]
     if kubelet_devices_dir(plan):
         words += ["--kubelet-devices", kubelet_devices_dir(plan)]
     for name in wanted_packages(plan):

@@ -44,6 +44,7 @@ from gpuprov.core.hostfiles.documents import one_line
 from gpuprov.core.plan import HostPlan
 from gpuprov.host.contract import (
     KUBELET_DEVICE_CHECKPOINT_NAME,
+    KUBELET_DEVICE_PLUGIN_DIR,
     KUBELET_SOCKET_NAME,
     device_plugin_resource,
     device_plugin_socket,
@@ -72,6 +73,19 @@ def check(plan: HostPlan, probe: ProbeDocument, command: str) -> list[Finding]:
             )
         ]
     directory = section["directory"]
+    if directory != KUBELET_DEVICE_PLUGIN_DIR:
+        # The kubelet's device manager uses this one directory (its --root-dir is not
+        # gpuprov's to move): a section read elsewhere says nothing about what it registered.
+        return [
+            Finding(
+                plan.name,
+                None,
+                "kubelet-devices",
+                f"the probe's kubelet_devices section read from {KUBELET_DEVICE_PLUGIN_DIR}",
+                f"read from {one_line(directory)[:200]}",
+                f"probe the kubelet's device-plugin directory: {command}",
+            )
+        ]
     sockets = section["sockets"]
     out = _sockets_findings(plan.name, directory, sockets)
     served = set(sockets) if isinstance(sockets, list) else set()

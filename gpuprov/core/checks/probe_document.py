@@ -22,9 +22,14 @@ from typing import Any
 from gpuprov.core.findings import Finding
 from gpuprov.core.hostfiles import Wanted
 from gpuprov.core.hostfiles.documents import kind, one_line, shown
+from gpuprov.host import containerd_state
 from gpuprov.host.contract import (
+    CRITICAL_XIDS_MAX,
     DEVICE_PLUGIN_SOCKETS_MAX,
     HEALTH_NOT_SUPPORTED,
+    KERNEL_LOG_MAX_XIDS_PER_GPU,
+    NVML_ECC_COUNT_MAX,
+    NVML_UINT_MAX,
     PROBE_AGENT_MISSING,
     PROBE_NVML_OK,
     PROBE_NVML_STATES,
@@ -41,9 +46,9 @@ MAX_SHOWN_PROBLEMS = 5  # per host; the rest is counted
 MAX_NVML_STRING = 96
 
 _TOP = {"schema", "nvml", "gpus"}
-# ``containerd``: what containerd says about its effective config, on containerd hosts; its
-# content is the container runtime check's to validate. ``kubelet_devices``: what the kubelet
-# registered (checkpoint text, socket names), checked here for its shape.
+# ``containerd``: what containerd says about its effective config, on containerd hosts, checked
+# here for its shape (the container runtime check judges its text). ``kubelet_devices``: what the
+# kubelet registered (checkpoint text, socket names), checked here for its shape.
 _TOP_OPTIONAL = {
     "error",
     "driver_version",
@@ -64,15 +69,24 @@ _CI = ("id", "profile_id", "slice_count")
 # The health section (gpuprov.host.health.section): each NVML reading is these fields, the text
 # HEALTH_NOT_SUPPORTED, or {"error": why}.
 _HEALTH_GPU = ("index", "ecc_uncorrected", "remapped_rows", "retired_pages", "xids")
-_HEALTH_READINGS: dict[str, dict[str, type]] = {
-    "ecc_uncorrected": {"volatile": int, "aggregate": int},
-    "remapped_rows": {"corrected": int, "uncorrected": int, "pending": bool, "failure": bool},
-    "retired_pages": {"single_bit": int, "double_bit": int, "pending": bool},
+# Each count is bounded by its NVML C type (bool: a flag).
+HEALTH_READINGS: dict[str, dict[str, type | int]] = {
+    "ecc_uncorrected": {"volatile": NVML_ECC_COUNT_MAX, "aggregate": NVML_ECC_COUNT_MAX},
+    "remapped_rows": {
+        "corrected": NVML_UINT_MAX,
+        "uncorrected": NVML_UINT_MAX,
+        "pending": bool,
+        "failure": bool,
+    },
+    "retired_pages": {"single_bit": NVML_UINT_MAX, "double_bit": NVML_UINT_MAX, "pending": bool},
 }
 _OTHER_XID = ("pci_bus_id", "code", "count", "last")
-MAX_XIDS = 64  # KERNEL_LOG_MAX_XIDS_PER_GPU with room; bounds the work a document asks for
+# What the probe keeps (gpuprov.host.health.section): per GPU every critical code and at most
+# KERNEL_LOG_MAX_XIDS_PER_GPU others; without a GPU, the critical codes of that many buses too.
+MAX_XIDS = KERNEL_LOG_MAX_XIDS_PER_GPU + CRITICAL_XIDS_MAX
+MAX_OTHER_XIDS = KERNEL_LOG_MAX_XIDS_PER_GPU * (1 + CRITICAL_XIDS_MAX)
 MAX_XID_CODE = 65535
-MAX_COUNT = 2**53  # counts are exact JSON integers
+MAX_COUNT = 2**53  # XID counts: records of a 16 MiB log, far below
 MAX_PATH = 4096
 # The packages and units sections: dpkg's and systemd's view (gpuprov.host.packages, units).
 MAX_PACKAGES = 4096  # the planned names and the matches of their patterns, with room
@@ -282,9 +296,8 @@ class _Schema:
             self.gpus(doc["gpus"])
         if "files" in doc:
             self.files(doc["files"])
-        containerd = doc.get("containerd")
-        if containerd is not None and not isinstance(containerd, Mapping):
-            self.fail("containerd", f"{kind(containerd)}, not a JSON object")
+        if doc.get("containerd") is not None:
+            self.containerd(doc["containerd"])
         if "health" in doc:
             gpus = doc.get("gpus") if isinstance(doc.get("gpus"), list) else []
             indices = {gpu.get("index") for gpu in gpus if isinstance(gpu, Mapping)}
@@ -323,10 +336,31 @@ class _Schema:
                 ):
                     self.fail(f"{at}.{key}", f"{shown(value)} is not {_spelled(types)}")
 
-    def health(self, health: Any, indices: set) -> None:
-        """The ``health`` section: one entry per GPU of ``gpus``, readings of the right shape."""
-        if not self.keys("health", health, ("kernel_log", "gpus", "other_xids")):
+    def containerd(self, section: Any) -> None:
+        """What containerd said (``gpuprov.host.containerd_state.parse``): each section read is
+        ``{"ok": true|false, "text": ...}``; the container runtime check judges the text."""
+        if not self.keys("containerd", section, (), containerd_state.SECTIONS):
             return
+        for name in containerd_state.SECTIONS:
+            if name not in section:
+                continue
+            where, part = f"containerd.{name}", section[name]
+            if self.keys(where, part, ("ok", "text")):
+                self.boolean(f"{where}.ok", part.get("ok"))
+                self.string(f"{where}.text", part.get("text"), longest=None)
+
+    def health(self, health: Any, indices: set) -> None:
+        """The ``health`` section: one entry per GPU of ``gpus``, readings of the right shape;
+        ``critical_xids`` (the codes the probe kept whole) is absent from older probes."""
+        if not self.keys(
+            "health", health, ("kernel_log", "gpus", "other_xids"), ("critical_xids",)
+        ):
+            return
+        if "critical_xids" in health and self.listed(
+            "health.critical_xids", health["critical_xids"], CRITICAL_XIDS_MAX
+        ):
+            for n, code in enumerate(health["critical_xids"]):
+                self.integer(f"health.critical_xids[{n}]", code, 0, MAX_XID_CODE)
         log = health.get("kernel_log")
         if self.keys("health.kernel_log", log, ("path", "error", "truncated")):
             self.string("health.kernel_log.path", log.get("path"), longest=MAX_PATH)
@@ -340,15 +374,18 @@ class _Schema:
                 if not self.keys(where, gpu, _HEALTH_GPU):
                     continue
                 if self.integer(f"{where}.index", gpu.get("index"), 0, MAX_GPUS - 1):
+                    if gpu["index"] in seen:
+                        # Two readings for one GPU: which one is the GPU's cannot be told.
+                        self.fail(f"{where}.index", f"{gpu['index']} again")
                     seen.add(gpu["index"])
-                for key, fields in _HEALTH_READINGS.items():
+                for key, fields in HEALTH_READINGS.items():
                     self.reading(f"{where}.{key}", gpu.get(key), fields)
-                self.xids(f"{where}.xids", gpu.get("xids"), ("code", "count", "last"))
+                self.xids(f"{where}.xids", gpu.get("xids"), ("code", "count", "last"), MAX_XIDS)
             if seen != indices:
                 self.fail("health.gpus", f"GPU indices {sorted(seen)[:8]}, not those of gpus")
-        self.xids("health.other_xids", health.get("other_xids"), _OTHER_XID)
+        self.xids("health.other_xids", health.get("other_xids"), _OTHER_XID, MAX_OTHER_XIDS)
 
-    def reading(self, where: str, value: Any, fields: Mapping[str, type]) -> None:
+    def reading(self, where: str, value: Any, fields: Mapping[str, type | int]) -> None:
         if value == HEALTH_NOT_SUPPORTED:
             return
         if isinstance(value, Mapping) and set(value) == {"error"}:
@@ -356,23 +393,32 @@ class _Schema:
             return
         if not self.keys(where, value, tuple(fields)):
             return
-        for key, kind_ in fields.items():
-            if kind_ is bool:
+        for key, most in fields.items():
+            if most is bool:
                 self.boolean(f"{where}.{key}", value.get(key))
             else:
-                self.integer(f"{where}.{key}", value.get(key), 0, MAX_COUNT)
+                self.integer(f"{where}.{key}", value.get(key), 0, most)
 
-    def xids(self, where: str, value: Any, keys: Sequence[str]) -> None:
-        if not self.listed(where, value, MAX_XIDS):
+    def xids(self, where: str, value: Any, keys: Sequence[str], most: int) -> None:
+        """XIDs counted per code (per bus and code in ``other_xids``): each code once, since a
+        code listed twice has two counts of which neither is the log's."""
+        if not self.listed(where, value, most):
             return
+        seen: dict[tuple, int] = {}
         for n, entry in enumerate(value):
             at = f"{where}[{n}]"
             if self.keys(at, entry, keys):
-                self.integer(f"{at}.code", entry.get("code"), 0, MAX_XID_CODE)
+                code_ok = self.integer(f"{at}.code", entry.get("code"), 0, MAX_XID_CODE)
                 self.integer(f"{at}.count", entry.get("count"), 1, MAX_COUNT)
                 self.string(f"{at}.last", entry.get("last"), longest=None)
-                if "pci_bus_id" in keys:
-                    self.string(f"{at}.pci_bus_id", entry.get("pci_bus_id"), empty=False)
+                bus = entry.get("pci_bus_id")
+                if "pci_bus_id" in keys and not self.string(f"{at}.pci_bus_id", bus, empty=False):
+                    continue
+                if code_ok:
+                    key = (bus, entry["code"]) if "pci_bus_id" in keys else (entry["code"],)
+                    if key in seen:
+                        self.fail(f"{at}.code", f"{entry['code']} again ({where}[{seen[key]}])")
+                    seen.setdefault(key, n)
 
     def gpus(self, gpus: list) -> None:
         indices: dict[int, int] = {}

@@ -17,7 +17,13 @@ import yaml
 
 from gpuprov.core.cluster import helm, mig_parted, npd, vgpu
 from gpuprov.core.cluster.plugin_configs import config_name, host_config, plugin_defaults
-from gpuprov.core.cluster.pools import Taint, node_name, pool_labels, pool_taints
+from gpuprov.core.cluster.pools import (
+    Taint,
+    node_name,
+    node_name_problem,
+    pool_labels,
+    pool_taints,
+)
 from gpuprov.core.errors import InputError, Problem
 from gpuprov.core.plan import ClusterPlan
 from gpuprov.host.contract import (
@@ -119,6 +125,11 @@ def render(
     problems = []
     for host in cluster.hosts:
         node = node_name(host)
+        unusable = node_name_problem(host)
+        if unusable:
+            problems.append(
+                Problem(cluster.inventory, unusable, host=host.name, key="kube_node_name")
+            )
         if node in seen:
             problems.append(
                 Problem(

@@ -24,10 +24,11 @@ from typing import Any
 
 import yaml
 
-from gpuprov.core import catalog
-from gpuprov.core.errors import InputError, Problem
+from gpuprov.core import bounded_yaml, catalog
+from gpuprov.core.errors import InputError, Problem, shown
 from gpuprov.core.mig.solver import solve
 from gpuprov.core.plan import HostPlan, index_ranges
+from gpuprov.core.variables import GPU_COUNT_MAX, MIG_COUNT_MAX, PROFILE_NAME_MAX
 from gpuprov.host.contract import MIG_DISABLED_CONFIG, MIG_PARTED_CONFIG_VERSION
 from gpuprov.host.mig.instance import Instance
 
@@ -35,9 +36,13 @@ PLACEMENT_WARNING = (
     "mig-parted cannot express placements: the MIG manager lets the driver choose each "
     "instance's slot, so a node gets gpuprov's profile counts but not necessarily its placements"
 )
-_DISABLED = ((("all",), ()),)  # every GPU, MIG off
+_DISABLED = ((("all",), None),)  # every GPU, MIG off
 _ITEM_KEYS = ("device-filter", "devices", "mig-enabled", "mig-devices")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+# A device filter lists a few PCI ids (mig-parted's own default config: 8), each `0xDDDDVVVV`
+# with an optional `:subsystem`.
+_FILTERS_MAX = 64
+_PCI_ID_MAX = 32
 
 
 # --- export --------------------------------------------------------------------------------------
@@ -64,6 +69,10 @@ def export(hosts: Iterable[HostPlan]) -> PartedExport:
     """The mig-parted config for ``hosts``: MIG hosts get their layouts, hosts of MIG-capable
     models outside ``mig`` get ``all-disabled`` (gpuprov keeps MIG off there), others nothing.
 
+    A GPU with MIG on and no instances (layout ``{}``) is mig-parted's ``mig-enabled: true``
+    with empty ``mig-devices`` (its own example config ``all-enabled``, NVIDIA/mig-parted
+    examples/config.yaml); a GPU with MIG off is ``mig-enabled: false``.
+
     ``all-disabled`` is always there, without a device filter: it is the MIG manager's default
     for nodes without the label, whatever their model.
     """
@@ -75,7 +84,10 @@ def export(hosts: Iterable[HostPlan]) -> PartedExport:
         if model is None or not model.mig_capable:
             continue
         groups = _gpu_groups(host)
-        key = tuple((tuple(ix), tuple(sorted(layout.items()))) for layout, ix in groups)
+        key = tuple(
+            (tuple(ix), None if layout is None else tuple(sorted(layout.items())))
+            for layout, ix in groups
+        )
         entry = entries.setdefault(key, {"models": [], "name": _config_name(host, groups)})
         if model.alias not in entry["models"]:
             entry["models"].append(model.alias)
@@ -93,8 +105,8 @@ def export(hosts: Iterable[HostPlan]) -> PartedExport:
                 if len(entry["models"]) > 1:
                     item["device-filter"] = list(model.pci_device_ids)
                 item["devices"] = "all" if indices == ("all",) else list(indices)
-                item["mig-enabled"] = bool(layout)
-                if layout:
+                item["mig-enabled"] = layout is not None
+                if layout is not None:
                     item["mig-devices"] = dict(sorted(layout, key=_largest_first))
                 items.append(item)
         configs[entry["name"]] = items
@@ -102,27 +114,32 @@ def export(hosts: Iterable[HostPlan]) -> PartedExport:
     return PartedExport(document, {h: entries[k]["name"] for h, k in host_keys.items()})
 
 
-def _gpu_groups(host: HostPlan) -> list[tuple[dict[str, int], list]]:
-    """The host's GPUs grouped by layout: [(layout, indices)], ``["all"]`` when one layout."""
+def _gpu_groups(host: HostPlan) -> list[tuple[dict[str, int] | None, list]]:
+    """The host's GPUs grouped by layout, None for MIG off: [(layout, indices)], ``["all"]``
+    when one layout."""
     if host.mode != "mig":
-        return [({}, ["all"])]
-    groups: dict[tuple, list[int]] = {}
+        return [(None, ["all"])]
+    groups: dict[tuple | None, list[int]] = {}
     for gpu in host.gpus:
-        groups.setdefault(tuple(sorted(gpu.layout.items())), []).append(gpu.index)
-    if len(groups) == 1:
-        return [(dict(next(iter(groups))), ["all"])]
-    return [(dict(layout), ix) for layout, ix in groups.items()]
+        layout = tuple(sorted(gpu.layout.items())) if gpu.mig_enabled else None
+        groups.setdefault(layout, []).append(gpu.index)
+    out = [(None if layout is None else dict(layout), ix) for layout, ix in groups.items()]
+    if len(out) == 1:
+        return [(out[0][0], ["all"])]
+    return out
 
 
-def _config_name(host: HostPlan, groups: list[tuple[dict[str, int], list]]) -> str:
-    """``all-disabled``, ``all-<layout>``, or per GPU group ``gpu0-6-<layout>_gpu7-<layout>``;
-    a hash where that would not fit a label value (63 characters)."""
-    if groups == [({}, ["all"])]:
+def _config_name(host: HostPlan, groups: list[tuple[dict[str, int] | None, list]]) -> str:
+    """``all-disabled``, ``all-enabled`` (MIG on, no instances), ``all-<layout>``, or per GPU
+    group ``gpu0-6-<layout>_gpu7-<layout>``; a hash where that would not fit a label value
+    (63 characters)."""
+    if groups == [(None, ["all"])]:
         return MIG_DISABLED_CONFIG
     parts = []
     for layout, indices in groups:
         where = "all" if indices == ["all"] else "gpu" + index_ranges(indices, ".")
-        parts.append(f"{where}-{layout_label(layout) or 'disabled'}")
+        what = "disabled" if layout is None else layout_label(layout) or "enabled"
+        parts.append(f"{where}-{what}")
     name = "_".join(parts)
     if _LABEL_VALUE.fullmatch(name):
         return name
@@ -148,55 +165,89 @@ class ImportedLayouts:
 
     config: str
     model: catalog.GpuModel
-    layout: dict[str, int] | None  # ``devices: all``
-    by_gpu: dict[int, dict[str, int]] = field(default_factory=dict)
+    layout: dict[str, int] | None  # ``devices: all``; None: MIG off (or no such entry)
+    by_gpu: dict[int, dict[str, int] | None] = field(default_factory=dict)  # None: MIG off
     placements: dict[str, tuple[Instance, ...]] = field(default_factory=dict)  # "all" / "GPU n"
+    gpu_count: int | None = None  # the hosts' GPUs, when the import was told
 
     def group_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"gpu_model": self.model.alias}
+        if self.gpu_count is not None:
+            data["gpu_count"] = self.gpu_count
         if self.layout is not None:
             data["mig_layout"] = self.layout
         if self.by_gpu:
             data["mig_layout_by_gpu"] = self.by_gpu
         return data
 
-    def layouts(self, gpu_count: int) -> list[dict[str, int]]:
-        """The layout of each of ``gpu_count`` GPUs, as the planner would give them."""
-        return [self.by_gpu.get(i, self.layout or {}) for i in range(gpu_count)]
+    def layouts(self, gpu_count: int) -> list[dict[str, int] | None]:
+        """The layout of each of ``gpu_count`` GPUs as the planner reads the group data: None
+        for MIG off, ``{}`` for MIG on with no instances."""
+        return [self.by_gpu[i] if i in self.by_gpu else self.layout for i in range(gpu_count)]
 
 
-def parse(text: str, source: str) -> dict[str, Any]:
-    """A mig-parted v1 document, checked as strictly as mig-parted (api/spec/v1) checks it."""
+def parse(text: str | bytes, source: str) -> dict[str, Any]:
+    """A mig-parted v1 document, checked as strictly as mig-parted (api/spec/v1) checks it, and
+    bounded: loaded by ``gpuprov.core.bounded_yaml`` (no aliases, no deep nesting, no huge
+    integers, UTF-8 only), GPU indices 0 to GPU_COUNT_MAX - 1, counts 0 to MIG_COUNT_MAX.
+
+    Each distinct problem is one Problem: the same bad value in 5000 entries is one, naming
+    the first entry and counting the others.
+    """
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InputError([Problem(source, f"not YAML: {e}")]) from None
-    problems = []
-
-    def bad(message: str, key: str | None = None) -> None:
-        problems.append(Problem(source, message, key=key))
-
+        document = bounded_yaml.load(data)
+    except bounded_yaml.YamlRefused as e:
+        raise InputError([Problem(source, str(e))]) from None
+    check = _Problems(source)
     if not isinstance(document, dict):
         raise InputError([Problem(source, "must be a mapping with version and mig-configs")])
     for key in document:
         if key not in ("version", "mig-configs"):
-            bad("unexpected field; only version and mig-configs", key=str(key))
+            check.bad("unexpected field; only version and mig-configs", _key_text(key))
     if document.get("version") != MIG_PARTED_CONFIG_VERSION:
-        bad(f"must be {MIG_PARTED_CONFIG_VERSION}, got {document.get('version')!r}", "version")
+        check.bad(
+            f"must be {MIG_PARTED_CONFIG_VERSION}, got {shown(document.get('version'))}", "version"
+        )
     configs = document.get("mig-configs")
     if not isinstance(configs, dict) or not configs:
-        bad("must be a non-empty mapping of config name to entries", "mig-configs")
-        raise InputError(problems)
+        check.bad("must be a non-empty mapping of config name to entries", "mig-configs")
+        raise InputError(check.problems())
     for name, items in configs.items():
+        if not isinstance(name, str) or not name:
+            check.bad(f"config names must be strings, got {shown(name)}", "mig-configs")
+            continue
         where = f"mig-configs.{name}"
         if not isinstance(items, list) or not items:
-            bad("must be a non-empty list of entries", where)
+            check.bad("must be a non-empty list of entries", where)
             continue
         for n, item in enumerate(items):
-            _check_item(item, f"{where}[{n}]", bad)
-    if problems:
-        raise InputError(problems)
+            _check_item(item, f"{where}[{n}]", check.bad)
+    if check.found:
+        raise InputError(check.problems())
     return document
+
+
+class _Problems:
+    """Problems of one file, each distinct message once with every place it was found."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.found: dict[str, list[str]] = {}
+
+    def bad(self, message: str, key: str) -> None:
+        self.found.setdefault(message, []).append(key)
+
+    def problems(self) -> list[Problem]:
+        out = []
+        for message, keys in self.found.items():
+            more = f" [and {len(keys) - 1} more entries like it]" if len(keys) > 1 else ""
+            out.append(Problem(self.source, message + more, key=keys[0]))
+        return out
+
+
+def _key_text(key: Any) -> str:
+    return key if isinstance(key, str) else shown(key)
 
 
 def _check_item(item: Any, where: str, bad) -> None:
@@ -205,29 +256,50 @@ def _check_item(item: Any, where: str, bad) -> None:
         return
     for key in item:
         if key not in _ITEM_KEYS:
-            bad(f"unexpected field; one of {', '.join(_ITEM_KEYS)}", f"{where}.{key}")
+            bad(f"unexpected field; one of {', '.join(_ITEM_KEYS)}", f"{where}.{_key_text(key)}")
     filters = item.get("device-filter", [])
     if isinstance(filters, str):
         filters = [filters]
-    if not isinstance(filters, list) or not all(isinstance(f, str) for f in filters):
-        bad("must be a PCI id or a list of them (0x233010DE)", f"{where}.device-filter")
+    if (
+        not isinstance(filters, list)
+        or len(filters) > _FILTERS_MAX
+        or not all(isinstance(f, str) and 0 < len(f) <= _PCI_ID_MAX for f in filters)
+    ):
+        bad(
+            f"must be a PCI id (0x233010DE) or a list of at most {_FILTERS_MAX}, got "
+            f"{shown(filters)}",
+            f"{where}.device-filter",
+        )
     devices = item.get("devices")
     if devices != "all" and not (
         isinstance(devices, list)
-        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices)
+        and devices
+        and all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d < GPU_COUNT_MAX
+            for d in devices
+        )
     ):
-        bad(f"must be all or a list of GPU indices, got {devices!r}", f"{where}.devices")
+        bad(
+            f"must be all or a non-empty list of GPU indices 0 to {GPU_COUNT_MAX - 1} (the "
+            f"driver handles at most {GPU_COUNT_MAX} GPUs), got {shown(devices)}",
+            f"{where}.devices",
+        )
     enabled = item.get("mig-enabled")
     if not isinstance(enabled, bool):
-        bad(f"must be true or false, got {enabled!r}", f"{where}.mig-enabled")
+        bad(f"must be true or false, got {shown(enabled)}", f"{where}.mig-enabled")
     mig_devices = item.get("mig-devices")
     if enabled is True:
         if not isinstance(mig_devices, dict) or not all(
-            isinstance(p, str) and isinstance(c, int) and not isinstance(c, bool) and c >= 0
+            isinstance(p, str)
+            and 0 < len(p) <= PROFILE_NAME_MAX
+            and isinstance(c, int)
+            and not isinstance(c, bool)
+            and 0 <= c <= MIG_COUNT_MAX
             for p, c in mig_devices.items()
         ):
             bad(
-                f"must map each profile to a count >= 0 when MIG is enabled, got {mig_devices!r}",
+                f"must map each profile to a count 0 to {MIG_COUNT_MAX} (no GPU has more GPU "
+                f"instances) when MIG is enabled, got {shown(mig_devices)}",
                 f"{where}.mig-devices",
             )
     elif enabled is False and mig_devices:
@@ -235,12 +307,18 @@ def _check_item(item: Any, where: str, bad) -> None:
 
 
 def import_config(
-    document: dict[str, Any], source: str, name: str | None = None, model: str | None = None
+    document: dict[str, Any],
+    source: str,
+    name: str | None = None,
+    model: str | None = None,
+    gpu_count: int | None = None,
 ) -> ImportedLayouts:
     """Config ``name`` (the only one if None) of a parsed document as gpuprov layouts.
 
     The model comes from ``model`` or the entries' ``device-filter``; later entries override
-    earlier ones on the same GPU, as in mig-parted. Refuses (InputError) what the planner would.
+    earlier ones on the same GPU, as in mig-parted. With ``gpu_count`` (the hosts' GPUs), a GPU
+    index the hosts do not have is refused and the group data carries the count. Refuses
+    (InputError) what the planner would.
     """
     configs = document["mig-configs"]
     if name is None:
@@ -249,21 +327,22 @@ def import_config(
                 [
                     Problem(
                         source,
-                        f"holds {len(configs)} configs; pick one with --config: "
-                        + ", ".join(configs),
+                        f"holds {len(configs)} configs; pick one with --config: " + _some(configs),
                     )
                 ]
             )
         name = next(iter(configs))
     if name not in configs:
         raise InputError(
-            [Problem(source, f"no config {name!r}; it has {', '.join(configs)}", key="--config")]
+            [Problem(source, f"no config {shown(name)}; it has {_some(configs)}", key="--config")]
         )
     where = f"config {name}"
     items = configs[name]
     gpu = _import_model(items, source, where, model)
+    # mig-parted's meaning: `mig-enabled: false` is MIG off (None), `mig-enabled: true` with
+    # empty `mig-devices` MIG on with no instances ({}), as gpuprov's layouts say it.
     default: dict[str, int] | None = None
-    by_gpu: dict[int, dict[str, int]] = {}
+    by_gpu: dict[int, dict[str, int] | None] = {}
     matched = False
     for item in items:
         filters = item.get("device-filter", [])
@@ -271,19 +350,9 @@ def import_config(
         if filters and not _matches(gpu, filters):
             continue
         matched = True
-        layout = {p: c for p, c in (item.get("mig-devices") or {}).items() if c}
-        if item["mig-enabled"] and not layout:
-            raise InputError(
-                [
-                    Problem(
-                        source,
-                        "MIG on with no instances has no gpuprov layout (an empty "
-                        "layout turns MIG off)",
-                        source=where,
-                        key="mig-devices",
-                    )
-                ]
-            )
+        layout = None
+        if item["mig-enabled"]:
+            layout = {p: c for p, c in (item.get("mig-devices") or {}).items() if c}
         if item["devices"] == "all":
             default, by_gpu = layout, {}
         else:
@@ -292,9 +361,20 @@ def import_config(
         raise InputError(
             [Problem(source, f"no entry applies to {gpu.alias} (device-filter)", source=where)]
         )
-    if not default:
-        default = None
-    if default is None and not any(by_gpu.values()):
+    missing = sorted(i for i in by_gpu if gpu_count is not None and i >= gpu_count)
+    if missing:
+        raise InputError(
+            [
+                Problem(
+                    source,
+                    f"GPU index {index_ranges(missing)} does not exist (--gpu-count is "
+                    f"{gpu_count}: GPUs 0 to {gpu_count - 1})",
+                    source=where,
+                    key="devices",
+                )
+            ]
+        )
+    if default is None and all(layout is None for layout in by_gpu.values()):
         raise InputError(
             [
                 Problem(
@@ -309,7 +389,7 @@ def import_config(
     for label, layout in [("all", default)] + [
         (f"GPU {i}", lay) for i, lay in sorted(by_gpu.items())
     ]:
-        if not layout:
+        if layout is None:
             continue
         fit = solve(gpu, layout)
         if not fit.fits:
@@ -325,7 +405,14 @@ def import_config(
         placements[label] = fit.instances
     if problems:
         raise InputError(problems)
-    return ImportedLayouts(name, gpu, default, dict(sorted(by_gpu.items())), placements)
+    return ImportedLayouts(name, gpu, default, dict(sorted(by_gpu.items())), placements, gpu_count)
+
+
+def _some(names: Iterable[str], most: int = 10) -> str:
+    """The first ``most`` names, and how many more: a file of 20,000 configs is one line."""
+    names = list(names)
+    text = ", ".join(names[:most])
+    return text + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def layout_text(layout: dict[str, int]) -> str:
@@ -338,7 +425,7 @@ def _import_model(items: list, source: str, where: str, model: str | None) -> ca
         gpu = catalog.find_model(model)
         if gpu is None:
             raise InputError(
-                [Problem("command line", catalog.load().unknown_model(model), key="--model")]
+                [Problem("command line", catalog.load().unknown_model(model, shown), key="--model")]
             )
         if not gpu.mig_capable:
             raise InputError(

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuprov.core.kube_names import subdomain_problem
 from gpuprov.core.plan import HostPlan
+from gpuprov.core.variables import with_mode
 
 
 @dataclass(frozen=True, order=True)
@@ -58,16 +60,30 @@ def node_name(plan: HostPlan) -> str:
     return plan.settings.get("kube_node_name") or plan.name
 
 
+def node_name_problem(plan: HostPlan) -> str | None:
+    """Why the inventory name of a host without ``kube_node_name`` cannot be its node's name
+    (``gpu_01``: Kubernetes takes RFC 1123 subdomains only), or None. ``kube_node_name`` itself
+    is checked with the other variables."""
+    if plan.settings.get("kube_node_name"):
+        return None
+    why = subdomain_problem(plan.name)
+    if why is None:
+        return None
+    return (
+        f"the host name is its node name (kube_node_name is not set), and a node name {why}; "
+        "set kube_node_name to the host's Kubernetes node name"
+    )
+
+
 def pool_labels(plan: HostPlan) -> dict[str, str]:
     """``kube_node_labels`` with ``{mode}`` filled in."""
     return {
-        key: value.replace("{mode}", plan.mode)
-        for key, value in plan.settings["kube_node_labels"].items()
+        key: with_mode(value, plan.mode) for key, value in plan.settings["kube_node_labels"].items()
     }
 
 
 def pool_taints(plan: HostPlan) -> tuple[Taint, ...]:
     """``kube_node_taints`` with ``{mode}`` filled in, in the order given."""
     return tuple(
-        Taint.parse(text.replace("{mode}", plan.mode)) for text in plan.settings["kube_node_taints"]
+        Taint.parse(with_mode(text, plan.mode)) for text in plan.settings["kube_node_taints"]
     )

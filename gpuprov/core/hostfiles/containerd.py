@@ -504,14 +504,24 @@ def check(plan, files: Mapping[str, str | None], state: Mapping[str, Any] | None
     if state is None:
         add("containerd's effective config", "not read (agent too old?)", "run the deploy")
         return findings
-    release = runtime_version((state.get("version") or {}).get("text"))
+    # Only a section that says it succeeded (`ok` exactly true) is read: a failed
+    # `containerd --version` may still print text, and a failed dump an old file.
+    version = state.get("version") or {}
+    release = runtime_version(version.get("text")) if version.get("ok") is True else None
     dumped = state.get("dump") or {}
-    if release is None or not dumped.get("ok"):
-        error = (dumped.get("text") or (state.get("version") or {}).get("text") or "").strip()
+    if release is None:
+        found = "failed: " if version and version.get("ok") is not True else "no release in: "
+        add(
+            "`containerd --version` naming its release",
+            found + last_line(version.get("text")) if version else "not run (no containerd)",
+            "install containerd",
+        )
+        return findings
+    if dumped.get("ok") is not True:
         add(
             f"`containerd config dump` of {path}",
-            (error.splitlines() or ["no containerd"])[-1],
-            f"install containerd or fix {path}",
+            last_line(dumped.get("text")) if dumped else "not run",
+            f"fix {path}",
         )
         return findings
     try:

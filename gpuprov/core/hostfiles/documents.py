@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from gpuprov.core import errors
 from gpuprov.core.findings import Finding
 
 try:
@@ -129,6 +130,8 @@ def shown(value: Any, limit: int = 60) -> str:
     """
     if isinstance(value, (list, dict)):
         return kind(value)
+    if isinstance(value, int) and value.bit_length() > 128:
+        return errors.shown(value)  # json.dumps of 5000 digits raises
     text = json.dumps(value, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -35,6 +35,7 @@ from gpuprov.host import containerd_state
 from gpuprov.host import packages as dpkg
 from gpuprov.host import units as systemd_units
 from gpuprov.host.contract import (
+    CRITICAL_XIDS_MAX,
     KERNEL_LOG_PATH,
     KUBELET_CHECKPOINT_MAX_BYTES,
     KUBELET_DEVICE_CHECKPOINT_NAME,
@@ -43,7 +44,7 @@ from gpuprov.host.contract import (
     containerd_drop_in_path,
 )
 from gpuprov.host.files import read_file, read_files
-from gpuprov.host.health import kernel_log, nvml_counters
+from gpuprov.host.health import kernel_log, nvml_counters, xid
 from gpuprov.host.health import section as health_section
 from gpuprov.host.kubelet import sockets
 from gpuprov.host.nvml_gpus import SimulatedDriverError, init_nvml, read_gpu
@@ -65,15 +66,16 @@ def probe(
     kubelet_devices_dir: str | None = None,
     packages: Sequence[str] = (),
     units: Sequence[str] = (),
+    critical_xids: Sequence[int] = xid.DEFAULT_CRITICAL,
 ) -> dict[str, Any]:
     """The probe document for this host; ``files``/``globs`` add a ``files`` section,
     ``containerd`` (the main config's path) a ``containerd`` section: what containerd says
     about its effective config (``gpuprov.host.containerd_state``); ``health`` a ``health``
     section: each GPU's NVML error counters and the XIDs in the kernel log at
-    ``kernel_log_path`` (``gpuprov.host.health``); ``kubelet_devices_dir`` (the kubelet's
-    device-plugin directory) a ``kubelet_devices`` section (``read_kubelet_devices``);
-    ``packages`` (names or dpkg-query patterns) a ``packages`` section and ``units`` a
-    ``units`` section.
+    ``kernel_log_path`` (``gpuprov.host.health``), ``critical_xids`` never capped;
+    ``kubelet_devices_dir`` (the kubelet's device-plugin directory) a ``kubelet_devices``
+    section (``read_kubelet_devices``); ``packages`` (names or dpkg-query patterns) a
+    ``packages`` section and ``units`` a ``units`` section.
 
     >>> probe()["nvml"]            # on a machine without libnvidia-ml  # doctest: +SKIP
     'library-not-found'
@@ -90,7 +92,7 @@ def probe(
     document.update(_nvml(counters if health else None))
     if health:
         document["health"] = health_section.section(
-            document["gpus"], counters, kernel_log.read(kernel_log_path)
+            document["gpus"], counters, kernel_log.read(kernel_log_path), critical_xids
         )
     if files or globs:
         document["files"] = read_files(files, globs)
@@ -182,6 +184,16 @@ def _parser() -> argparse.ArgumentParser:
         help="include each GPU's ECC, row remapping and retired pages, and the kernel log's XIDs",
     )
     parser.add_argument(
+        "--critical-xids",
+        type=_codes,
+        default=xid.DEFAULT_CRITICAL,
+        metavar="CODES",
+        help="with --health: XID codes always kept whole, comma-separated (verify passes the "
+        "host's health_critical_xids; default: "
+        + ",".join(map(str, xid.DEFAULT_CRITICAL))
+        + "); other codes are capped per GPU",
+    )
+    parser.add_argument(
         "--kubelet-devices",
         metavar="DIR",
         help="include the kubelet's device-manager checkpoint and the socket names in DIR "
@@ -206,6 +218,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _codes(text: str) -> tuple[int, ...]:
+    """``48,79`` as XID codes; ``""`` for none."""
+    try:
+        codes = tuple(int(c) for c in text.split(",") if c)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not comma-separated XID codes"
+        ) from None
+    if len(codes) > CRITICAL_XIDS_MAX or not all(0 <= c <= xid.CODE_MAX for c in codes):
+        raise argparse.ArgumentTypeError(
+            f"at most {CRITICAL_XIDS_MAX} codes, each 0 to {xid.CODE_MAX}"
+        )
+    return codes
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the probe document; 0 whatever NVML said, 2 for a bad command line."""
     try:
@@ -220,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kubelet_devices_dir=options.kubelet_devices,
         packages=options.package,
         units=options.unit,
+        critical_xids=options.critical_xids,
     )
     print(json.dumps(document, indent=2))
     return 0

@@ -1,9 +1,13 @@
 """The probe document's ``health`` section: NVML readings per GPU plus the XIDs of the kernel
 log, matched to GPUs by PCI bus id (the kernel names a GPU by its bus, NVML by its index).
 
-XIDs are counted per code with the last message, at most ``KERNEL_LOG_MAX_XIDS_PER_GPU`` codes
-per GPU, so a flood of XIDs is a bounded document. An XID whose bus matches no GPU NVML lists
-(a GPU that fell off the bus is often gone from NVML) is kept in ``other_xids``.
+XIDs are counted per code with the last message. A critical code (``critical``: the host's
+``health_critical_xids``, which verify passes with ``--critical-xids``) is always kept; the
+others, at most ``KERNEL_LOG_MAX_XIDS_PER_GPU`` codes per GPU, so a flood of XIDs is a bounded
+document that still holds every critical one. An XID whose bus matches no GPU NVML lists (a GPU
+that fell off the bus is often gone from NVML) is kept in ``other_xids``, critical ones for at
+most ``KERNEL_LOG_MAX_XIDS_PER_GPU`` buses. When anything is left out, ``kernel_log.truncated``
+says so, and ``critical_xids`` says which codes were kept whole.
 
 >>> from gpuprov.host.health.kernel_log import KernelLog
 >>> log = KernelLog("/dev/kmsg", xids=[((0, 7, 0), 79, "NVRM: Xid (PCI:0000:07:00): 79, ...")])
@@ -13,7 +17,7 @@ per GPU, so a flood of XIDs is a bounded document. An XID whose bus matches no G
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpuprov.host.contract import KERNEL_LOG_MAX_XIDS_PER_GPU
@@ -24,26 +28,48 @@ MAX_MESSAGE = 200  # characters of an XID's last message kept in the document
 
 
 def section(
-    gpus: Sequence[Mapping[str, Any]], counters: Mapping[int, Mapping[str, Any]], log: KernelLog
+    gpus: Sequence[Mapping[str, Any]],
+    counters: Mapping[int, Mapping[str, Any]],
+    log: KernelLog,
+    critical: Iterable[int] = xid.DEFAULT_CRITICAL,
 ) -> dict[str, Any]:
-    """The ``health`` section for the probe's ``gpus`` and each one's NVML ``counters``."""
+    """The ``health`` section for the probe's ``gpus`` and each one's NVML ``counters``;
+    ``critical`` codes are never left out."""
+    critical = frozenset(critical)
+    cap = KERNEL_LOG_MAX_XIDS_PER_GPU
     by_key = {xid.pci_key(gpu["pci_bus_id"]): gpu["index"] for gpu in gpus}
-    per_gpu: dict[int, dict[int, dict[str, Any]]] = {gpu["index"]: {} for gpu in gpus}
-    others: dict[tuple[xid.PciKey, int], dict[str, Any]] = {}
+    per_gpu: dict[int | None, dict[Any, dict[str, Any]]] = {gpu["index"]: {} for gpu in gpus}
+    per_gpu[None] = {}  # other_xids, by (bus, code)
+    uncritical = dict.fromkeys(per_gpu, 0)  # non-critical codes kept, per table
+    other_buses: set[xid.PciKey] = set()  # buses without a GPU whose critical XIDs are kept
+    dropped = False
     for key, code, message in log.xids:
         index = by_key.get(key)
-        if index is None:
-            seen = others.setdefault(
-                (key, code), {"pci_bus_id": xid.kernel_bus_id(key), "code": code, "count": 0}
-            )
-        elif code in per_gpu[index] or len(per_gpu[index]) < KERNEL_LOG_MAX_XIDS_PER_GPU:
-            seen = per_gpu[index].setdefault(code, {"code": code, "count": 0})
-        else:
-            continue
+        entry = code if index is not None else (key, code)
+        table = per_gpu[index]
+        if entry not in table:
+            if code not in critical and uncritical[index] >= cap:
+                dropped = True
+                continue
+            if code in critical and index is None and key not in other_buses:
+                if len(other_buses) >= cap:
+                    dropped = True  # the host is judged unhealthy by those kept already
+                    continue
+                other_buses.add(key)
+            uncritical[index] += code not in critical
+            table[entry] = {"code": code, "count": 0}
+            if index is None:
+                table[entry] = {"pci_bus_id": xid.kernel_bus_id(key), **table[entry]}
+        seen = table[entry]
         seen["count"] += 1
         seen["last"] = message[:MAX_MESSAGE]
     return {
-        "kernel_log": {"path": log.path, "error": log.error, "truncated": log.truncated},
+        "kernel_log": {
+            "path": log.path,
+            "error": log.error,
+            "truncated": log.truncated or dropped,
+        },
+        "critical_xids": sorted(critical),
         "gpus": [
             {
                 "index": gpu["index"],
@@ -52,5 +78,5 @@ def section(
             }
             for gpu in gpus
         ],
-        "other_xids": list(others.values())[:KERNEL_LOG_MAX_XIDS_PER_GPU],
+        "other_xids": list(per_gpu[None].values()),
     }

@@ -49,6 +49,9 @@ _LINE = re.compile(
 _BUS_ID = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?")
 
 PciKey = tuple[int, int, int]  # (domain, bus, device): how the kernel line names a GPU
+# XID codes are small numbers (the catalog lists codes up to the low hundreds); a larger number
+# on an XID line is not one.
+CODE_MAX = 65535
 
 
 def parse(message: str) -> tuple[PciKey, int] | None:
@@ -57,6 +60,8 @@ def parse(message: str) -> tuple[PciKey, int] | None:
     if found is None:
         return None
     domain, bus, device, code = found.groups()
+    if int(code) > CODE_MAX:
+        return None
     return (int(domain, 16), int(bus, 16), int(device, 16)), int(code)
 
 

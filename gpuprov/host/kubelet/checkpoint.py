@@ -34,17 +34,30 @@ class CheckpointError(ValueError):
     """The checkpoint is not what the kubelet writes; the message says what is wrong."""
 
 
+def _short(value: object) -> str:
+    """``value`` for a message: an integer past 128 bits by its size (its digits cannot even be
+    printed past 4300), anything else by its repr, cut."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:50] + "... (cut)"
+
+
 def registered_devices(text: str) -> dict[str, list[str]]:
     """``{resource: sorted device ids}`` from the checkpoint's text; CheckpointError if malformed."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError as e:
         raise CheckpointError(f"not JSON: {e}") from None
+    except RecursionError:
+        raise CheckpointError("nested too deep to be the kubelet's checkpoint") from None
+    except ValueError as e:  # an integer past Python's int-to-text limit (4300 digits)
+        raise CheckpointError(f"not the kubelet's checkpoint: {str(e)[:120]}") from None
     if not isinstance(document, dict) or set(document) != {"Data", "Checksum"}:
         raise CheckpointError("expected an object with exactly the keys Data and Checksum")
     checksum = document["Checksum"]
     if isinstance(checksum, bool) or not isinstance(checksum, int) or not 0 <= checksum < _UINT32:
-        raise CheckpointError(f"Checksum {checksum!r} is not a uint32")
+        raise CheckpointError(f"Checksum {_short(checksum)} is not a uint32")
     data = document["Data"]
     if not isinstance(data, dict) or set(data) != {"PodDeviceEntries", "RegisteredDevices"}:
         raise CheckpointError(
@@ -63,9 +76,11 @@ def registered_devices(text: str) -> dict[str, list[str]]:
             ids = []
         if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
             raise CheckpointError(
-                f"Data.RegisteredDevices[{resource!r}]: expected a list of device ids"
+                f"Data.RegisteredDevices[{_short(resource)}]: expected a list of device ids"
             )
         if len(set(ids)) != len(ids):
-            raise CheckpointError(f"Data.RegisteredDevices[{resource!r}]: a device id repeats")
+            raise CheckpointError(
+                f"Data.RegisteredDevices[{_short(resource)}]: a device id repeats"
+            )
         devices[resource] = sorted(ids)
     return devices

@@ -29,7 +29,10 @@ restart leaves none for a moment (systemd's ``RestartSec``).
 from __future__ import annotations
 
 import argparse
+import errno
+import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -47,6 +50,9 @@ from gpuprov.host.kubelet.sockets import sockets
 
 POLL_SECONDS = 0.5
 PLUGIN_GRACE_SECONDS = 10.0
+# The deploy passes gpuprov_timeout_service, at most a day (gpuprov.core.variables); a longer
+# wait is a hung deploy.
+TIMEOUT_MAX = 86400
 
 
 def plugin_runs(proc: str = "/proc") -> bool:
@@ -61,11 +67,7 @@ def plugin_runs(proc: str = "/proc") -> bool:
     except OSError:
         return False
     for pid in pids:
-        try:
-            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
-                argv0 = f.read(4096).split(b"\0", 1)[0]
-        except OSError:  # gone, or not ours to read
-            continue
+        argv0 = _read(os.path.join(proc, pid, "cmdline"), 4096).split(b"\0", 1)[0]
         if os.path.basename(argv0.decode(errors="replace")) == DEVICE_PLUGIN_PROGRAM:
             return True
     return False
@@ -80,12 +82,12 @@ def missing(directory: str, want: Mapping[str, int]) -> list[str]:
     """
     path = os.path.join(directory, KUBELET_DEVICE_CHECKPOINT_NAME)
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(KUBELET_CHECKPOINT_MAX_BYTES + 1)
+        data = _read(path, KUBELET_CHECKPOINT_MAX_BYTES + 1, strict=True)
     except FileNotFoundError:
         return [f"no checkpoint in {directory}"]
     except OSError as e:
         return [f"{path} unreadable: {e.strerror}"]
+    text = data.decode("utf-8", errors="replace")
     try:
         registered = registered_devices(text)
     except CheckpointError as e:  # rewritten in place while read, or really malformed
@@ -106,6 +108,28 @@ def missing(directory: str, want: Mapping[str, int]) -> list[str]:
     if not out:
         out += _unregistered(directory, path, needed)
     return out
+
+
+def _read(path: str, limit: int, strict: bool = False) -> bytes:
+    """Up to ``limit`` bytes of the regular file ``path``, opened non-blocking so that a FIFO in
+    its place is refused at once instead of waiting for a writer; b"" when it cannot be read,
+    unless ``strict`` (then OSError, ENOENT for a missing file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            chunks, size = [], 0
+            while size < limit and (chunk := os.read(fd, min(1 << 16, limit - size))):
+                chunks.append(chunk)
+                size += len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+    except OSError:
+        if strict:
+            raise
+        return b""  # gone, not ours to read, or no regular file: not a plugin's
 
 
 def _unregistered(directory: str, checkpoint: str, names: list[str]) -> list[str]:
@@ -137,6 +161,20 @@ def _want(text: str) -> tuple[str, int]:
     return resource, int(count)
 
 
+def _seconds(text: str) -> float:
+    """A wait in seconds: a finite number from 0 to TIMEOUT_MAX (``nan`` or ``inf`` would make
+    the deadline never arrive)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 <= value <= TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds from 0 to {TIMEOUT_MAX} (a day), got {text[:40]!r}"
+        )
+    return value
+
+
 def main(argv: Sequence[str]) -> int:
     """0 when the kubelet has every wanted resource, or no device plugin runs; 1 after the
     timeout (what is missing on stderr); 2 for a bad command line."""
@@ -145,7 +183,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--want", type=_want, action="append", default=[], help="RESOURCE=COUNT (repeatable)"
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait at most")
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=60.0,
+        help=f"seconds to wait at most (0 to {TIMEOUT_MAX})",
+    )
     parser.add_argument(
         "--proc", default="/proc", help="where the host's processes are listed (default /proc)"
     )

@@ -153,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "remap-pending": _remap_pending,
                     "retire-page": _retire_page,
                 }[options.command](current, options)
+                sim_state.check(path, current)  # raised inside: nothing is written
     except sim_state.StateError as e:
         print(f"gpuprov-sim: error: {e}", file=sys.stderr)
         return 2

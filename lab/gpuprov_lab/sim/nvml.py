@@ -925,6 +925,8 @@ def _store(ref: Any, value: int) -> None:
     if not isinstance(target, ctypes._SimpleCData):
         raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
     target.value = value
+    if target.value != value:  # ctypes wraps silently; a driver never hands out a wrapped count
+        raise OverflowError(f"{value} does not fit the caller's {type(target).__name__}")
 
 
 def _store_handle(ref: Any, value: int) -> None:

@@ -101,6 +101,12 @@ def new_gpu(model: str, index: int, seed: str) -> dict[str, Any]:
     }
 
 
+# The largest counts NVML's C types hold: ECC counts are unsigned long long, remapped rows
+# unsigned int (nvml.h nvmlDeviceGetTotalEccErrors, nvmlDeviceGetRemappedRows).
+ECC_COUNT_MAX = 2**64 - 1
+ROWS_MAX = 2**32 - 1
+
+
 def new_health() -> dict[str, Any]:
     """A healthy GPU's memory error state (the optional ``health`` key of a GPU).
 
@@ -139,6 +145,13 @@ def load(path: str) -> State:
     if problem:
         raise StateError(f"{path}: not a valid {SIM_SCHEMA} state file: {problem}")
     return state
+
+
+def check(path: str, state: State) -> None:
+    """StateError when ``state`` is not one a driver could be in (a count past NVML's type)."""
+    problem = _problem(state)
+    if problem:
+        raise StateError(f"{path}: refused: {problem}")
 
 
 def _problem(state: State) -> str | None:
@@ -189,7 +202,8 @@ def _gpu_problem(gpu: Any, position: int) -> str | None:
         return (
             f"{where}.health must be {{ecc: {{corrected, uncorrected}}: {{volatile, aggregate}}, "
             "remapped_rows: {corrected, uncorrected, pending, failure}, retired_pages: "
-            "{single_bit, double_bit, pending}} (see gpuprov_lab.sim.state.new_health)"
+            "{single_bit, double_bit, pending}} (see gpuprov_lab.sim.state.new_health), ECC "
+            f"counts at most {ECC_COUNT_MAX} and row counts at most {ROWS_MAX} (NVML's types)"
         )
     for n, gi in enumerate(gpu["gpu_instances"]):
         if not _shaped(gi, {**_PLACED, "profile_id": int, "compute_instances": list}):
@@ -207,9 +221,13 @@ def _gpu_problem(gpu: Any, position: int) -> str | None:
 
 
 def _healthy_shape(value: Any) -> bool:
+    """The health shape, every count within the C type NVML returns it in (nvml.h: ECC counts
+    ``unsigned long long``, remapped rows ``unsigned int``): a driver cannot report more, so
+    neither may the simulated one (a ctypes store would wrap 2**64 to 0)."""
     counters = {"volatile": int, "aggregate": int}
     ecc = value.get("ecc") if isinstance(value, dict) else None
     pages = value.get("retired_pages") if isinstance(value, dict) else None
+    rows = value.get("remapped_rows") if isinstance(value, dict) else None
     return (
         _shaped(value, {"ecc": dict, "remapped_rows": dict, "retired_pages": dict})
         and _shaped(ecc, {"corrected": dict, "uncorrected": dict})
@@ -224,6 +242,9 @@ def _healthy_shape(value: Any) -> bool:
             for cause in ("single_bit", "double_bit")
             for page in pages[cause]
         )
+        and all(ecc[k][c] <= ECC_COUNT_MAX for k in ecc for c in counters)
+        and rows["corrected"] <= ROWS_MAX
+        and rows["uncorrected"] <= ROWS_MAX
     )
 
 
