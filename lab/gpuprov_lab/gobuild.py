@@ -5,7 +5,10 @@ outside any work tree; and read files of that module's source at the same tag.
 main module (checked against the checksum database), the way its release is built, without a
 wrapper module of ours that could resolve other versions of its dependencies. The binary is
 written under a temporary name and renamed, so a cache never holds half a binary; a binary
-that is there is never rebuilt.
+that is there is never rebuilt. Builds on one machine queue on one lock (``build_lock``): two Go
+builds sharing a wrapper module broke each other (``go: updating go.mod: existing contents have
+changed since last read``), and on 2 cores two builds at once are no faster than one after the
+other.
 
 >>> install_args("sigs.k8s.io/kwok", "v0.8.0", "cmd/kwok", "-X a.b=c")
 ['install', '-trimpath', '-ldflags', '-s -w -X a.b=c', 'sigs.k8s.io/kwok/cmd/kwok@v0.8.0']
@@ -13,6 +16,8 @@ that is there is never rebuilt.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -23,6 +28,21 @@ import time
 from pathlib import Path
 
 from gpuprov_lab.errors import LabError
+
+
+LOCK = Path("/var/tmp/.gpuprov-go-build.lock")
+
+
+@contextlib.contextmanager
+def build_lock():
+    """Hold the machine's Go build lock; callers check for their binary again once inside."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def install_args(module: str, version: str, command: str, ldflags: str = "") -> list[str]:
@@ -44,6 +64,13 @@ def build(
     """``target``, built first when missing. Raises LabError with Go's own last lines."""
     if target.is_file():
         return target
+    with build_lock():
+        if target.is_file():  # built by the run that held the lock before us
+            return target
+        return _install(module, version, command, target, ldflags, log)
+
+
+def _install(module: str, version: str, command: str, target: Path, ldflags: str, log) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     print(f"building {module}/{command}@{version} into {target}", file=log)

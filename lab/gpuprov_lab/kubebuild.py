@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from gpuprov_lab.errors import LabError
+from gpuprov_lab.gobuild import build_lock
 
 KUBERNETES_VERSION = "1.34.4"
 ETCD_VERSION = "3.6.16"
@@ -78,8 +79,15 @@ def binaries(base: Path | None = None) -> dict[str, Path]:
 def ensure(log=sys.stderr) -> dict[str, Path]:
     """Every binary of ``binaries()``, built first where missing. Raises LabError when Go fails."""
     wanted = binaries()
+    if all(path.is_file() for path in wanted.values()):
+        return wanted
+    with build_lock():
+        return _ensure(wanted, log)
+
+
+def _ensure(wanted: dict[str, Path], log) -> dict[str, Path]:
     missing = [name for name, path in wanted.items() if not path.is_file()]
-    if not missing:
+    if not missing:  # built by the run that held the lock before us
         return wanted
     started = time.monotonic()
     print(
@@ -111,6 +119,13 @@ def config_manager(log=sys.stderr) -> Path:
     binary = config_manager_binary()
     if binary.is_file():
         return binary
+    with build_lock():
+        if binary.is_file():
+            return binary
+        return _build_config_manager(binary, log)
+
+
+def _build_config_manager(binary: Path, log) -> Path:
     module = CACHE / f"gpuprov-config-manager-{CONFIG_MANAGER_VERSION}"
     print(f"building config-manager v{CONFIG_MANAGER_VERSION} in {module}", file=log)
     _module(module, "gpuprov.invalid/configmanagerbuild")
@@ -145,16 +160,8 @@ def _build_kubernetes(module: Path, commands: list[str]) -> None:
     _go(module, "get", f"k8s.io/kubernetes@v{KUBERNETES_VERSION}")
     version_flag = f"-X k8s.io/component-base/version.gitVersion=v{KUBERNETES_VERSION}"
     for command in commands:
-        out = module / "bin" / command
-        _go(
-            module,
-            "build",
-            "-trimpath",
-            "-ldflags",
-            f"-s -w {version_flag}",
-            "-o",
-            str(out),
-            f"k8s.io/kubernetes/cmd/{command}",
+        _build_binary(
+            module, module / "bin" / command, f"k8s.io/kubernetes/cmd/{command}", version_flag
         )
 
 
@@ -162,7 +169,15 @@ def _build_etcd(module: Path) -> None:
     _module(module, "gpuprov.invalid/etcdbuild")
     (module / "main.go").write_text(_ETCD_MAIN)
     _go(module, "get", f"go.etcd.io/etcd/server/v3@v{ETCD_VERSION}")
-    _go(module, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(module / "bin" / "etcd"), ".")
+    _build_binary(module, module / "bin" / "etcd", ".")
+
+
+def _build_binary(module: Path, out: Path, package: str, ldflags: str = "") -> None:
+    """``go build`` into a temporary name, then renamed: the cache never holds half a binary."""
+    partial = out.with_name(f".{out.name}.{os.getpid()}")
+    flags = f"-s -w {ldflags}".strip()
+    _go(module, "build", "-trimpath", "-ldflags", flags, "-o", str(partial), package)
+    partial.replace(out)
 
 
 if __name__ == "__main__":  # `python -m gpuprov_lab.kubebuild`: what .ci/run does before the tests
