@@ -29,7 +29,6 @@ from pathlib import Path
 
 from gpuprov_lab.errors import LabError
 
-
 LOCK = Path("/var/tmp/.gpuprov-go-build.lock")
 
 
