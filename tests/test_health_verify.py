@@ -8,21 +8,15 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from gpuprov_lab.sim import admin
 from gpuprov_lab.sim import kernel_log as sim_kernel_log
+from gpuprov_lab.sim.contract import SIM_ENV
 from plans import plan_for
 from probes import matching_probe
-from simulated import isolate_pynvml, new_host
+from simulated import new_host, run_program
 
 from gpuprov.cli import main
 from gpuprov.core.checks.host import compare
 from gpuprov.host.agent import probe
-from gpuprov.host.contract import SIM_ENV
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    isolate_pynvml(monkeypatch)
 
 
 def observed(tmp_path, monkeypatch, plan, *faults: list[str]) -> dict:
@@ -31,7 +25,7 @@ def observed(tmp_path, monkeypatch, plan, *faults: list[str]) -> dict:
     path = new_host(tmp_path, "A100-80GB", plan.gpu_count)
     sim_kernel_log.clear(path)
     for fault in faults:
-        assert admin.main(["--state", path, *fault]) == 0
+        assert run_program("gpuprov-sim", ["--state", path, *fault]) == 0
     monkeypatch.setenv(SIM_ENV, path)
     read = probe.probe(health=True, kernel_log_path=sim_kernel_log.path(path))
     document = matching_probe(plan)

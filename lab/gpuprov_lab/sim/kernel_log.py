@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import time
 
-from gpuprov.host.contract import SIM_KERNEL_LOG_NAME
 from gpuprov_lab.sim import state as sim_state
+from gpuprov_lab.sim.contract import SIM_KERNEL_LOG_NAME
 
 # LOG_ERR (3) in facility kern (0): the level NVRM logs XIDs at.
 PRIORITY = 3
