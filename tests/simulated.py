@@ -17,13 +17,14 @@ import functools
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pynvml
 from gpuprov_lab.sim import state
-from gpuprov_lab.sim.contract import SIM_ENV, SIM_TRACE_ENV
+from gpuprov_lab.sim.contract import SIM_ENV, SIM_KERNEL_LOG_NAME, SIM_TRACE_ENV
 from gpuprov_lab.sim.libnvml import build, preload
 
 WHOLE_GPU = 0xFFFFFFFF  # GPUPROV_SIM_WHOLE_GPU: an XID of the GPU, not of a MIG instance
@@ -226,3 +227,31 @@ def traced(monkeypatch, path: Path) -> Callable[[], Counter[str]]:
         return Counter(line.split()[0] for line in lines)
 
     return calls
+
+
+def kernel_log_path(state_path: str) -> str:
+    """The simulated ``/dev/kmsg`` of the host in ``state_path`` (the file beside it)."""
+    return os.path.join(os.path.dirname(os.path.abspath(state_path)), SIM_KERNEL_LOG_NAME)
+
+
+def log_kernel_line(state_path: str, message: str) -> None:
+    """Append ``message`` as a kmsg record ``PRIORITY,SEQUENCE,USEC,FLAGS;MESSAGE`` at LOG_ERR,
+    numbered after the records there (Documentation/ABI/testing/dev-kmsg), under the lock the
+    library's writers take: what any other kernel code than the driver's XIDs logs."""
+    log = kernel_log_path(state_path)
+    with state.locked(log):
+        try:
+            with open(log, "rb") as f:
+                sequence = sum(1 for _ in f)
+        except FileNotFoundError:
+            sequence = 0
+        usec = time.clock_gettime_ns(time.CLOCK_BOOTTIME) // 1000
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"3,{sequence},{usec},-;{message}\n")
+
+
+def clear_kernel_log(state_path: str) -> None:
+    """An empty kernel log, as after a boot."""
+    log = kernel_log_path(state_path)
+    with state.locked(log), open(log, "w", encoding="utf-8"):
+        os.chmod(log, 0o644)
