@@ -3,8 +3,9 @@
     python bench/nvml_inits.py          # prints one JSON object
 
 The probe and the applier are gpuprov's real host-side code (``gpuprov.host.agent.probe``,
-``gpuprov.host.agent``) on nvidia-ml-py's own wrappers; only the library below pynvml is the
-simulation (``gpuprov_lab.sim``), which counts each C function called. The host is the lab's MIG
+``gpuprov.host.agent``) on nvidia-ml-py's own wrappers and loader; only the library below pynvml
+is the simulated driver's ``libnvidia-ml.so.1``, which logs each C function called
+(``GPUPROV_NVML_SIM_TRACE``). The host is the lab's MIG
 host (8 x H100-80GB) and the layout the lab's (3g, 2g, two 1g on every GPU).
 """
 
@@ -15,42 +16,33 @@ import io
 import json
 import os
 import tempfile
+from collections import Counter
 from pathlib import Path
 
-import gpuprov_lab.sim
 from gpuprov_lab.sim import state as sim_state
+from gpuprov_lab.sim.contract import SIM_ENV, SIM_TRACE_ENV
+from gpuprov_lab.sim.libnvml import preload
 
 from gpuprov.core.catalog import find_model
 from gpuprov.core.mig.solver import solve
 from gpuprov.host.agent.main import main as agent
-from gpuprov.host.contract import MIG_LAYOUT_SCHEMA, SIM_ENV
+from gpuprov.host.contract import MIG_LAYOUT_SCHEMA
 
 MODEL, COUNT = "H100-80GB", 8
 LAYOUT = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
 
 
-def _run(argv: list[str], libraries: list) -> dict[str, int]:
-    """One agent run; the NVML calls it made (every library it installed, summed)."""
-    before = len(libraries)
+def _run(argv: list[str], trace: Path) -> dict[str, int]:
+    """One agent run; the NVML calls it made (the library's trace of this run)."""
+    trace.write_text("")
     with contextlib.redirect_stdout(io.StringIO()):
         agent(argv)
-    calls: dict[str, int] = {}
-    for library in libraries[before:]:
-        for name, count in library.calls.items():
-            calls[name] = calls.get(name, 0) + count
-    return {"nvml_inits": calls.get("nvmlInitWithFlags", 0), "nvml_calls": sum(calls.values())}
+    calls = Counter(line.split()[0] for line in trace.read_text().splitlines())
+    return {"nvml_inits": calls["nvmlInitWithFlags"], "nvml_calls": sum(calls.values())}
 
 
 def measure() -> dict[str, dict[str, int]]:
-    libraries: list = []
-    install = gpuprov_lab.sim.install
-
-    def counting_install(path: str):
-        library = install(path)
-        libraries.append(library)
-        return library
-
-    gpuprov_lab.sim.install = counting_install
+    preload.preload()  # pynvml's own CDLL("libnvidia-ml.so.1") is the simulated library
     with tempfile.TemporaryDirectory() as tmp:
         state_path = Path(tmp) / "gpus.json"
         host = sim_state.new_state(MODEL, COUNT, seed="bench")
@@ -71,10 +63,12 @@ def measure() -> dict[str, dict[str, int]]:
             )
         )
         os.environ[SIM_ENV] = str(state_path)
+        trace = Path(tmp) / "nvml.trace"
+        os.environ[SIM_TRACE_ENV] = str(trace)
         return {
-            "probe": _run(["probe"], libraries),
-            "apply (creates 32 instances)": _run(["apply", "--layout", str(layout)], libraries),
-            "apply (already as planned)": _run(["apply", "--layout", str(layout)], libraries),
+            "probe": _run(["probe"], trace),
+            "apply (creates 32 instances)": _run(["apply", "--layout", str(layout)], trace),
+            "apply (already as planned)": _run(["apply", "--layout", str(layout)], trace),
         }
 
 

@@ -28,12 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import gpuprov_lab.sim
 from gpuprov_lab.sim import state as sim_state
+from gpuprov_lab.sim.contract import SIM_ENV, SIM_TRACE_ENV
+from gpuprov_lab.sim.libnvml import preload
 
 from gpuprov.controller.bundle import write_bundle
 from gpuprov.host.agent.probe import probe
-from gpuprov.host.contract import KERNEL_LOG_MAX_BYTES, KERNEL_LOG_PATH, SIM_ENV
+from gpuprov.host.contract import KERNEL_LOG_MAX_BYTES, KERNEL_LOG_PATH
 from gpuprov.host.health import kernel_log
 
 MODEL, COUNT = "H100-80GB", 8
@@ -52,7 +53,7 @@ def agent_runs(tmp: Path, repeat: int) -> dict[str, float]:
     sim_state.write_new(str(state), sim_state.new_state(MODEL, COUNT, seed="bench"))
     agent = tmp / "agent.pyz"
     write_bundle(str(agent))
-    env = {**os.environ, SIM_ENV: str(state)}
+    env = preload.environment(base={**os.environ, SIM_ENV: str(state)})
     samples: dict[str, list[float]] = {"probe": [], "probe --health": []}
     base = [sys.executable, str(agent), "probe"]
     child_cpu(base, env)  # the bundle's bytecode cache, as on a host after its first probe
@@ -94,23 +95,16 @@ def nvml_calls(tmp: Path) -> dict[str, int]:
     state = tmp / "calls.json"
     sim_state.write_new(str(state), sim_state.new_state(MODEL, COUNT, seed="bench"))
     os.environ[SIM_ENV] = str(state)
-    libraries: list = []
-    install = gpuprov_lab.sim.install
-
-    def counting(path: str):
-        libraries.append(install(path))
-        return libraries[-1]
-
-    gpuprov_lab.sim.install = counting
-    try:
-        out = {}
-        for name, health in (("probe", False), ("probe --health", True)):
-            with contextlib.redirect_stdout(io.StringIO()):
-                probe(health=health, kernel_log_path=str(tmp / "no-kmsg"))
-            out[name] = sum(libraries[-1].calls.values())
-        return out
-    finally:
-        gpuprov_lab.sim.install = install
+    trace = tmp / "nvml.trace"
+    os.environ[SIM_TRACE_ENV] = str(trace)
+    preload.preload()  # pynvml's own CDLL("libnvidia-ml.so.1") is the simulated library
+    out = {}
+    for name, health in (("probe", False), ("probe --health", True)):
+        trace.write_text("")
+        with contextlib.redirect_stdout(io.StringIO()):
+            probe(health=health, kernel_log_path=str(tmp / "no-kmsg"))
+        out[name] = len(trace.read_text().splitlines())
+    return out
 
 
 def main() -> int:

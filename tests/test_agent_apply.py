@@ -1,7 +1,7 @@
 """The host-side MIG applier, through nvidia-ml-py's real wrappers against the simulated driver.
 
 Each test gets its own simulated host (a state file in tmp_path). ``nvidia-smi`` on PATH is the
-simulation's (``gpuprov_lab.sim.smi``); ``systemctl`` on PATH is a tiny stand-in for systemd whose
+simulated driver's (the C program over the simulated ``libnvidia-ml.so.1``); ``systemctl`` on PATH is a tiny stand-in for systemd whose
 units, while active, hold the GPUs named in the state's ``held_by`` (stopping one releases them).
 """
 
@@ -12,12 +12,14 @@ import os
 import stat
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import gpuprov_lab.sim
 import pytest
 from gpuprov_lab.sim import state as sim_state
+from simulated import Hardware, programs, traced
 
 from gpuprov.core.catalog import find_model
 from gpuprov.core.mig.solver import solve
@@ -64,7 +66,8 @@ class Host:
     path: Path
     state_path: Path
     capsys: pytest.CaptureFixture
-    libs: list = field(default_factory=list)
+    trace: Callable[[], Counter[str]]
+    last: Counter[str] = field(default_factory=Counter)
 
     def state(self) -> dict:
         return sim_state.load(str(self.state_path))
@@ -95,11 +98,11 @@ class Host:
     def apply(self, *flags: str) -> tuple[int, dict]:
         """Run ``agent apply`` once; checks that the run initialised NVML exactly once."""
         self.capsys.readouterr()
-        before = len(self.libs)
+        self.trace()
         code = main(["apply", "--layout", str(self.path / "mig-layout.json"), *flags])
         out = self.capsys.readouterr().out
-        runs = self.libs[before:]
-        assert sum(lib.calls["nvmlInitWithFlags"] for lib in runs) == 1
+        self.last = self.trace()
+        assert self.last["nvmlInitWithFlags"] == 1
         return code, json.loads(out)
 
     def apply_on(self, system: gpu_holders.System) -> tuple[int, dict]:
@@ -108,7 +111,7 @@ class Host:
 
     def calls(self, function: str) -> int:
         """How often the last apply called the NVML C function ``function``."""
-        return self.libs[-1].calls[function]
+        return self.last[function]
 
     def instances(self, index: int) -> list[tuple[str, int, int, list[int]]]:
         """(profile, start, size, CI slice counts) of each GI on GPU ``index``, by start."""
@@ -143,24 +146,15 @@ def host(tmp_path, monkeypatch, capsys) -> Host:
     _script(
         bin_dir / "nvidia-smi",
         f'#!/bin/sh\necho "$*" >> {tmp_path}/nvidia-smi.log\n'
-        f'exec {sys.executable} -m gpuprov_lab.sim.smi "$@"\n',
+        f'exec {programs()["nvidia-smi"]} "$@"\n',
     )
     _script(bin_dir / "systemctl", f"#!{sys.executable}\n{SYSTEMCTL}")
     (tmp_path / "units.json").write_text("{}")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("GPUPROV_NVML_SIM", str(state_path))
     monkeypatch.setenv("FAKE_SYSTEMD_UNITS", str(tmp_path / "units.json"))
-    made = Host(tmp_path, state_path, capsys)
-
-    class RecordingNvml(gpuprov_lab.sim.SimulatedNvml):
-        """The simulated library, remembered so a test can count the C calls of a run."""
-
-        def __init__(self, path: str):
-            super().__init__(path)
-            made.libs.append(self)
-
-    monkeypatch.setattr(gpuprov_lab.sim, "SimulatedNvml", RecordingNvml)
-    return made
+    # The library logs every C call; a test counts those of one run.
+    return Host(tmp_path, state_path, capsys, traced(monkeypatch, tmp_path / "nvml.trace"))
 
 
 def actions(report: dict, index: int) -> list[str]:
@@ -287,7 +281,7 @@ def test_refused_reset_with_allow_reboot_asks_for_a_reboot_then_boot_applies(hos
     assert code == 3 and report["reboot_required"] and report["error"] is None
     assert "In use by another client" in report["reboot_reason"]
     assert actions(report, 1) == ["create"]  # a GPU that needs no reset is done already
-    host.change(sim_state.reboot)  # what the deploy's reboot does to the GPUs
+    Hardware(str(host.state_path)).boot()  # what the deploy's reboot does to the GPUs
 
     code, report = host.apply("--boot")
 
@@ -392,7 +386,7 @@ def test_boot_after_a_reboot_recreates_the_layout(host):
     host.write_layout({0: {"4g.40gb": 1, "3g.40gb": 1}, 1: {"1g.10gb": 7}})
     host.apply()
     planned = [host.instances(0), host.instances(1)]
-    host.change(sim_state.reboot)
+    Hardware(str(host.state_path)).boot()
     assert host.instances(0) == []
 
     code, report = host.apply("--boot")

@@ -6,7 +6,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -14,15 +13,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
-from gpuprov_lab.packages import sim_payload
 from gpuprov_lab.sim import state as sim_state
+from gpuprov_lab.sim.contract import SIM_ENV
+from simulated import library_path
 
 from gpuprov.controller import bundle
 from gpuprov.core.catalog import find_model
 from gpuprov.core.mig.solver import solve
 from gpuprov.host.agent import zipmain
-from gpuprov.host.contract import SIM_PYTHON_ENV
 
 
 def test_two_builds_give_the_same_bytes():
@@ -138,20 +136,17 @@ def test_bundle_runs_probe_and_apply_without_any_installed_package(agent, tmp_pa
     assert apply.stderr.splitlines()[-1] == "False"
 
 
-def lab_simulator(tmp_path: Path) -> Path:
-    """The simulator as the lab's simulated driver package installs it (its own directory)."""
-    root = tmp_path / "nvidia-sim" / "python"
-    for rel, data in sim_payload().items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
-    return root
+def lab_driver(state: Path) -> dict[str, str]:
+    """The environment of a lab host whose driver packages are installed: the simulated
+    ``libnvidia-ml.so.1`` on the loader's path (there, /usr/lib/x86_64-linux-gnu) and its GPUs."""
+    return {SIM_ENV: str(state), "LD_LIBRARY_PATH": str(library_path().parent)}
 
 
 def test_bundle_probes_and_checks_a_simulated_host(agent, tmp_path):
     state = tmp_path / "gpus.json"
     sim_state.write_new(str(state), sim_state.new_state("A100-80GB", 2, seed="bundle"))
-    only_yaml = tmp_path / "only-yaml"
-    shutil.copytree(Path(yaml.__file__).parent, only_yaml / "yaml")  # the simulator's catalog
+    no_packages = tmp_path / "no-packages"  # the C library needs no Python package
+    no_packages.mkdir()
     layout = tmp_path / "mig-layout.json"
     instances = solve(find_model("A100-80GB"), {"3g.40gb": 2}).instances
     layout.write_text(
@@ -164,11 +159,11 @@ def test_bundle_probes_and_checks_a_simulated_host(agent, tmp_path):
             }
         )
     )
-    env = {"GPUPROV_NVML_SIM": str(state), SIM_PYTHON_ENV: str(lab_simulator(tmp_path))}
+    env = lab_driver(state)
 
-    probe = run_isolated(agent, "probe", extra_path=only_yaml, env=env)
+    probe = run_isolated(agent, "probe", extra_path=no_packages, env=env)
     check = run_isolated(
-        agent, "apply", "--layout", str(layout), "--check", extra_path=only_yaml, env=env
+        agent, "apply", "--layout", str(layout), "--check", extra_path=no_packages, env=env
     )
 
     assert probe.returncode == 0, probe.stderr
@@ -226,17 +221,13 @@ def run_main(agent: Path, *args: str, extra_path: Path, env: dict) -> subprocess
 
 @pytest.fixture
 def sim_host(tmp_path) -> tuple[dict, Path]:
-    """The environment of a lab host with 8 simulated A100s (the simulator where its driver
-    package puts it), and a directory holding only pyyaml (the simulator's catalog reads YAML)."""
+    """The environment of a lab host with 8 simulated A100s (the simulated library where its
+    driver package puts it), and an empty directory: no Python package beyond the bundle."""
     state = tmp_path / "gpus.json"
     sim_state.write_new(str(state), sim_state.new_state("A100-80GB", 8, seed="cache"))
-    only_yaml = tmp_path / "only-yaml"
-    shutil.copytree(Path(yaml.__file__).parent, only_yaml / "yaml")  # the simulator's catalog
-    return {
-        "GPUPROV_NVML_SIM": str(state),
-        SIM_PYTHON_ENV: str(lab_simulator(tmp_path)),
-        "GPUPROV_AGENT_CACHE": str(tmp_path / "cache"),
-    }, only_yaml
+    no_packages = tmp_path / "no-packages"
+    no_packages.mkdir()
+    return {**lab_driver(state), "GPUPROV_AGENT_CACHE": str(tmp_path / "cache")}, no_packages
 
 
 def cached_copy_of(agent: Path, cache: Path) -> Path:
@@ -244,17 +235,17 @@ def cached_copy_of(agent: Path, cache: Path) -> Path:
 
 
 def test_the_second_run_imports_from_the_cached_copy_and_its_bytecode(agent, sim_host):
-    env, only_yaml = sim_host
+    env, no_packages = sim_host
     cache = Path(env["GPUPROV_AGENT_CACHE"])
     copy = cached_copy_of(agent, cache)
     pyc = copy / "__pycache__" / f"pynvml.{sys.implementation.cache_tag}.pyc"
-    from_zip = run_isolated(agent, "probe", extra_path=only_yaml, env=env)
+    from_zip = run_isolated(agent, "probe", extra_path=no_packages, env=env)
 
-    first = run_main(agent, "probe", extra_path=only_yaml, env=env)
+    first = run_main(agent, "probe", extra_path=no_packages, env=env)
     assert first.returncode == 0, first.stderr
     assert pyc.is_file()
     compiled = pyc.stat()
-    second = run_main(agent, "probe", extra_path=only_yaml, env=env)
+    second = run_main(agent, "probe", extra_path=no_packages, env=env)
     # And as a plain script under -I, with the interpreter's own site-packages (yaml).
     script = subprocess.run(
         [sys.executable, "-I", str(agent), "probe"],
@@ -281,7 +272,7 @@ def test_the_second_run_imports_from_the_cached_copy_and_its_bytecode(agent, sim
 
 @pytest.mark.parametrize("unusable", ["under-a-file", "writable-by-others"])
 def test_a_cache_that_cannot_be_used_falls_back_to_the_zip(agent, sim_host, tmp_path, unusable):
-    env, only_yaml = sim_host
+    env, no_packages = sim_host
     if unusable == "under-a-file":
         (tmp_path / "file").write_text("")
         cache = tmp_path / "file" / "cache"  # cannot be made, even by root
@@ -291,7 +282,7 @@ def test_a_cache_that_cannot_be_used_falls_back_to_the_zip(agent, sim_host, tmp_
         cache.chmod(0o777)  # anyone could have put code there: not run
     env = {**env, "GPUPROV_AGENT_CACHE": str(cache)}
 
-    done = run_main(agent, "probe", extra_path=only_yaml, env=env)
+    done = run_main(agent, "probe", extra_path=no_packages, env=env)
 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["nvml"] == "ok"
@@ -301,7 +292,7 @@ def test_a_cache_that_cannot_be_used_falls_back_to_the_zip(agent, sim_host, tmp_
 
 
 def test_a_new_bundle_removes_copies_unused_for_an_hour(agent, sim_host):
-    env, only_yaml = sim_host
+    env, no_packages = sim_host
     cache = Path(env["GPUPROV_AGENT_CACHE"])
     old, recent, other = cache / f"agent-{'0' * 16}", cache / f"agent-{'1' * 16}", cache / "other"
     for path in (old, recent, other):
@@ -310,7 +301,7 @@ def test_a_new_bundle_removes_copies_unused_for_an_hour(agent, sim_host):
     os.utime(old, two_hours_ago)
     os.utime(other, two_hours_ago)
 
-    done = run_main(agent, "probe", extra_path=only_yaml, env=env)
+    done = run_main(agent, "probe", extra_path=no_packages, env=env)
 
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in cache.iterdir()) == sorted(
@@ -329,7 +320,7 @@ def test_a_run_that_loses_the_race_uses_the_winners_copy(agent, tmp_path):
 
 
 def test_the_bundle_refuses_a_layout_by_asking_nvml_not_a_catalog(agent, sim_host, tmp_path):
-    env, only_yaml = sim_host
+    env, no_packages = sim_host
     layout = tmp_path / "bad-layout.json"
     layout.write_text(
         json.dumps(
@@ -347,10 +338,10 @@ def test_the_bundle_refuses_a_layout_by_asking_nvml_not_a_catalog(agent, sim_hos
             }
         )
     )
-    state = Path(env["GPUPROV_NVML_SIM"])
+    state = Path(env[SIM_ENV])
     before = state.read_bytes()
 
-    done = run_isolated(agent, "apply", "--layout", str(layout), extra_path=only_yaml, env=env)
+    done = run_isolated(agent, "apply", "--layout", str(layout), extra_path=no_packages, env=env)
 
     assert done.returncode == 2, done.stderr
     assert "profile id 9 is 3g.40gb on this GPU, not 2g.20gb" in done.stderr
@@ -358,10 +349,10 @@ def test_the_bundle_refuses_a_layout_by_asking_nvml_not_a_catalog(agent, sim_hos
 
 
 def test_a_lab_host_before_its_driver_package_has_no_nvml_library(agent, sim_host, tmp_path):
-    env, only_yaml = sim_host
-    env = {**env, SIM_PYTHON_ENV: str(tmp_path / "not-installed")}
+    env, no_packages = sim_host
+    env = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}  # no libnvidia-ml1 yet
 
-    done = run_isolated(agent, "probe", extra_path=only_yaml, env=env)
+    done = run_isolated(agent, "probe", extra_path=no_packages, env=env)
 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["nvml"] == "library-not-found"

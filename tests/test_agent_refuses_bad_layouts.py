@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from gpuprov_lab.sim import state as sim_state
+from gpuprov_lab.sim.contract import SIM_ENV
 
 from gpuprov.core.catalog import find_model
 from gpuprov.core.mig.solver import solve
 from gpuprov.host.agent.main import main
-from gpuprov.host.contract import AGENT_EXIT_BAD_INPUT, MIG_LAYOUT_SCHEMA, SIM_ENV
-from tests.simulated import isolate_pynvml
+from gpuprov.host.contract import AGENT_EXIT_BAD_INPUT, MIG_LAYOUT_SCHEMA
 
 
 def gi(profile: str, profile_id: int, start: int, size: int) -> dict:
@@ -28,7 +28,6 @@ def gi(profile: str, profile_id: int, start: int, size: int) -> dict:
 @pytest.fixture
 def working_host(tmp_path, monkeypatch) -> Path:
     """Two A100-80GB GPUs with 3g.40gb x 2 applied on GPU 0 (so a bad apply has much to break)."""
-    isolate_pynvml(monkeypatch)
     state = tmp_path / "gpus.json"
     sim_state.write_new(str(state), sim_state.new_state("A100-80GB", 2, seed="refuse"))
     monkeypatch.setenv(SIM_ENV, str(state))
@@ -111,7 +110,6 @@ def test_a_valid_layout_on_another_gpu_model_is_judged_by_that_gpus_own_profiles
     tmp_path, monkeypatch, capsys
 ):
     # 3g.40gb is id 9 on an A100-80GB; an A100-40GB names id 9 3g.20gb. The agent asks NVML.
-    isolate_pynvml(monkeypatch)
     state = tmp_path / "gpus.json"
     sim_state.write_new(str(state), sim_state.new_state("A100-40GB", 1, seed="refuse-40"))
     monkeypatch.setenv(SIM_ENV, str(state))
@@ -126,7 +124,6 @@ def test_a_valid_layout_on_another_gpu_model_is_judged_by_that_gpus_own_profiles
 
 
 def test_mig_on_a_gpu_without_mig_is_refused(tmp_path, monkeypatch, capsys):
-    isolate_pynvml(monkeypatch)
     state = tmp_path / "gpus.json"
     sim_state.write_new(str(state), sim_state.new_state("L40S", 1, seed="refuse-l40s"))
     monkeypatch.setenv(SIM_ENV, str(state))

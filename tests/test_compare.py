@@ -11,8 +11,10 @@ import textwrap
 
 import pytest
 from gpuprov_lab.sim import state as sim_state
+from gpuprov_lab.sim.contract import SIM_ENV
 from plans import plan_for
 from probes import driver_and_mig_files, installed_packages, matching_probe, unit_states
+from simulated import programs
 
 from gpuprov.cli.verify import hosts_summary, verify_report
 from gpuprov.controller.readback import unreachable
@@ -24,7 +26,6 @@ from gpuprov.host.contract import (
     KUBELET_DEVICE_PLUGIN_DIR,
     MIG_LAYOUT_PATH,
     PROBE_SCHEMA,
-    SIM_ENV,
 )
 from tests import containerd_states
 from tests.probes import kubelet_devices, kubelet_directory
@@ -636,7 +637,7 @@ def test_report_statuses_and_summary(shared):
 
 def smi(state, *args: str) -> None:
     subprocess.run(
-        [sys.executable, "-m", "gpuprov_lab.sim.smi", *args],
+        [str(programs()["nvidia-smi"]), *args],
         check=True,
         capture_output=True,
         env={**os.environ, SIM_ENV: str(state)},

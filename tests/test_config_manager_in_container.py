@@ -32,6 +32,7 @@ from gpuprov_lab.controlplane import ControlPlane, node_identity
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.sim import state
 from gpuprov_lab.sim.caps import mig_minors
+from gpuprov_lab.sim.contract import SIM_STATE_PATH
 from gpuprov_lab.sim.libnvml import build as libnvml
 from test_kubelet_in_container import (
     ADVERTISE_TIMEOUT,
@@ -51,7 +52,6 @@ from gpuprov.host.contract import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIG_PATH,
     DEVICE_PLUGIN_DEFAULT_CONFIG,
-    SIM_STATE_PATH,
 )
 from inventories import write_inventory
 

@@ -67,7 +67,8 @@ def test_the_contract_has_the_literals_the_check_looks_for():
     literals = contract_literals()
     assert "/etc/gpuprov/mig-layout.json" in literals
     assert "gpuprov.probe/v1" in literals
-    assert "GPUPROV_NVML_SIM" in literals
+    assert "nvidia-persistenced.service" in literals
+    assert not [v for v in literals if "nvidia-sim" in v or "GPUPROV_NVML_SIM" in v]  # the lab's
     assert "io.containerd.grpc.v1.cri" in literals
 
 

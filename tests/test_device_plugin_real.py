@@ -25,15 +25,14 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from gpuprov_lab.sim import install
 from gpuprov_lab.sim.caps import mig_minors
+from gpuprov_lab.sim.contract import SIM_ENV, SIM_MIG_MINORS_PATH
 from gpuprov_lab.sim.libnvml import build
 from plans import plan_for
-from simulated import carve, initialized, isolate_pynvml, new_host
+from simulated import carve, initialized, new_host, use
 from upstream import upstream_binary
 
 from gpuprov.core.hostfiles import device_plugin
-from gpuprov.host.contract import SIM_ENV, SIM_MIG_MINORS_PATH
 
 STUB = Path(__file__).parent / "kubelet_stub.py"
 TIMEOUT = 30
@@ -71,11 +70,6 @@ def library() -> Path:
         return build.library()
     except build.BuildError as e:
         pytest.skip(str(e))
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    isolate_pynvml(monkeypatch)
 
 
 @contextlib.contextmanager
@@ -155,8 +149,8 @@ def _wait_for(socket: Path, kubelet: subprocess.Popen) -> None:
 
 
 def simulated(path: str) -> dict[str, list[str]]:
-    """UUIDs of MIG-off GPUs (key "gpu") and of MIG devices by profile, from the Python simulator."""
-    install(path)
+    """UUIDs of MIG-off GPUs (key "gpu") and of MIG devices by profile, read through pynvml."""
+    use(path)
     found: dict[str, list[str]] = {}
     with initialized():
         for index in range(pynvml.nvmlDeviceGetCount()):

@@ -17,9 +17,9 @@ PRODUCT = ("pyproject.toml", "README.md", "gpuprov", "templates")
 LAB = ("pyproject.toml", "README.md", "gpuprov_lab")
 
 
-def _wheel(source: Path, out: Path, parts: tuple[str, ...]) -> list[str]:
-    """The names in the wheel built from a copy of ``parts`` of ``source`` (a build in the
-    checkout itself would leave setuptools' build/ and egg-info there)."""
+def _wheel(source: Path, out: Path, parts: tuple[str, ...]) -> dict[str, bytes]:
+    """Name -> content of each file in the wheel built from a copy of ``parts`` of ``source`` (a
+    build in the checkout itself would leave setuptools' build/ and egg-info there)."""
     tree = out / "src"
     tree.mkdir()
     for part in parts:
@@ -43,7 +43,8 @@ def _wheel(source: Path, out: Path, parts: tuple[str, ...]) -> list[str]:
         capture_output=True,
     )
     (wheel,) = out.glob("*.whl")
-    return zipfile.ZipFile(wheel).namelist()
+    archive = zipfile.ZipFile(wheel)
+    return {name: archive.read(name) for name in archive.namelist()}
 
 
 def _ignore(copy) -> dict:
@@ -53,12 +54,12 @@ def _ignore(copy) -> dict:
 
 
 @pytest.fixture(scope="module")
-def product(tmp_path_factory) -> list[str]:
+def product(tmp_path_factory) -> dict[str, bytes]:
     return _wheel(ROOT, tmp_path_factory.mktemp("gpuprov"), PRODUCT)
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory) -> list[str]:
+def lab(tmp_path_factory) -> dict[str, bytes]:
     return _wheel(ROOT / "lab", tmp_path_factory.mktemp("gpuprov-lab"), LAB)
 
 
@@ -67,6 +68,13 @@ def test_the_product_wheel_holds_no_lab_simulator_c_or_shell_file(product):
     assert [n for n in code if not n.startswith("gpuprov/")] == []
     assert [n for n in code if n.endswith((".c", ".h", ".sh", ".so"))] == []
     assert [n for n in code if "lab" in n.split("/") or "sim" in n.split("/")] == []
+
+
+def test_nothing_in_the_product_wheel_names_the_simulator(product):
+    # The probe loads libnvidia-ml.so.1 through pynvml's own loader: no hook, no lab names.
+    names = (b"GPUPROV_NVML_SIM", b"gpuprov_lab", b"nvidia-sim", b"gpuprov-sim", b"gpuprov.sim/")
+    code = {n: data for n, data in product.items() if ".dist-info/" not in n}
+    assert [(n, name) for n, data in code.items() for name in names if name in data] == []
 
 
 def test_the_product_wheel_holds_every_module_and_data_file_of_the_product(product):
@@ -81,7 +89,7 @@ def test_the_product_wheel_holds_every_module_and_data_file_of_the_product(produ
 
 def test_the_product_installs_one_command_and_no_simulator(product):
     (points,) = [n for n in product if n.endswith(".dist-info/entry_points.txt")]
-    assert "gpuprov-sim" not in points
+    assert b"gpuprov-sim" not in product[points] and b"gpuprov =" in product[points]
 
 
 def test_the_lab_wheel_holds_the_lab_the_simulated_driver_and_its_packages(lab):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
-from gpuprov_lab.sim import admin
 from pyinfra.connectors.local import LocalConnector
+from simulated import run_program
 from test_verify import host  # noqa: F401 - the simulated MIG host fixture
 
 from gpuprov.cli import main
@@ -23,7 +23,11 @@ def test_health_is_read_in_the_one_probe_command_and_fails_the_host(host, monkey
 
     monkeypatch.setattr(LocalConnector, "run_shell_command", counted)
     assert (
-        admin.main(["--state", str(host.state), "set-ecc", "--gpu", "1", "--uncorrected", "2"]) == 0
+        run_program(
+            "gpuprov-sim",
+            ["--state", str(host.state), "set-ecc", "--gpu", "1", "--uncorrected", "2"],
+        )
+        == 0
     )
     result = CliRunner().invoke(main, ["verify", str(host.inventory), "--format", "json"])
     assert result.exit_code == 1, result.output

@@ -10,33 +10,33 @@ import threading
 
 import pytest
 from click.testing import CliRunner
-from gpuprov_lab.sim import admin
-from gpuprov_lab.sim import kernel_log as sim_kernel_log
 from gpuprov_lab.sim import state as sim_state
-from simulated import carve, isolate_pynvml, new_host
+from gpuprov_lab.sim.contract import SIM_ENV
+from simulated import (
+    carve,
+    clear_kernel_log,
+    kernel_log_path,
+    log_kernel_line,
+    new_host,
+    run_program,
+)
 
 from gpuprov.cli import main
 from gpuprov.core.checks.probe_document import schema_problems
 from gpuprov.host.agent import probe
-from gpuprov.host.contract import SIM_ENV
 from gpuprov.host.health import kernel_log as host_kernel_log
 from gpuprov.host.health.xid import line as xid_line
 
 ROW_REMAPPING_MODELS = ["A100-80GB", "H100-80GB", "H200-141GB"]
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    isolate_pynvml(monkeypatch)
-
-
 def sim(path: str, *args: str) -> None:
-    assert admin.main(["--state", path, *args]) == 0
+    assert run_program("gpuprov-sim", ["--state", path, *args]) == 0
 
 
 def health(monkeypatch, path: str) -> dict:
     monkeypatch.setenv(SIM_ENV, path)
-    document = probe.probe(health=True, kernel_log_path=sim_kernel_log.path(path))
+    document = probe.probe(health=True, kernel_log_path=kernel_log_path(path))
     assert schema_problems(document) == []
     return document["health"]
 
@@ -44,10 +44,10 @@ def health(monkeypatch, path: str) -> dict:
 @pytest.mark.parametrize("model", ROW_REMAPPING_MODELS)
 def test_a_healthy_gpu_reads_zero_counts_and_no_page_retirement(model, tmp_path, monkeypatch):
     path = new_host(tmp_path, model, 2)
-    sim_kernel_log.clear(path)
+    clear_kernel_log(path)
     found = health(monkeypatch, path)
     assert found["kernel_log"] == {
-        "path": sim_kernel_log.path(path),
+        "path": kernel_log_path(path),
         "error": None,
         "truncated": False,
     }
@@ -123,10 +123,8 @@ def test_a_reboot_clears_the_kernel_log_pending_remaps_and_volatile_counts(tmp_p
 
 def test_an_xid_on_a_bus_nvml_does_not_list_is_kept_apart(tmp_path, monkeypatch):
     path = new_host(tmp_path, "H200-141GB", 1)
-    sim_kernel_log.append(
-        path, "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
-    )
-    sim_kernel_log.append(path, "NVRM: GPU at PCI:0000:3b:00: GPU-0b11d014")  # not an XID
+    log_kernel_line(path, "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.")
+    log_kernel_line(path, "NVRM: GPU at PCI:0000:3b:00: GPU-0b11d014")  # not an XID
     found = health(monkeypatch, path)
     assert found["gpus"][0]["xids"] == []
     assert [(x["pci_bus_id"], x["code"], x["count"]) for x in found["other_xids"]] == [
@@ -139,7 +137,7 @@ def test_without_a_driver_the_kernel_log_is_still_read(tmp_path, monkeypatch):
     sim(path, "inject", "xid", "79", "--gpu", "0")
     sim(path, "driver", "--unloaded")
     monkeypatch.setenv(SIM_ENV, path)
-    document = probe.probe(health=True, kernel_log_path=sim_kernel_log.path(path))
+    document = probe.probe(health=True, kernel_log_path=kernel_log_path(path))
     assert document["nvml"] == "driver-not-loaded"
     assert [x["code"] for x in document["health"]["other_xids"]] == [79]
 
@@ -205,15 +203,20 @@ def test_gpuprov_probe_health_prints_the_section(tmp_path, monkeypatch):
 def test_an_ecc_count_past_nvmls_64_bits_is_refused_by_the_simulated_driver(tmp_path, capsys):
     # Before: 2**64 was stored, and the ctypes out-parameter wrapped it to 0: a healthy GPU.
     path = new_host(tmp_path, "A100-80GB", 1)
-    assert admin.main(["--state", path, "set-ecc", "--gpu", "0", "--uncorrected", str(2**64)]) == 2
-    assert "ECC counts at most 18446744073709551615" in capsys.readouterr().err
+    assert (
+        run_program(
+            "gpuprov-sim", ["--state", path, "set-ecc", "--gpu", "0", "--uncorrected", str(2**64)]
+        )
+        == 2
+    )
+    assert "a count of at most 18446744073709551615" in capsys.readouterr().err
     with open(path) as f:
         assert json.load(f)["gpus"][0]["health"]["ecc"]["uncorrected"]["volatile"] == 0
 
 
 def test_the_largest_counts_nvml_gives_are_read_exactly(tmp_path, monkeypatch):
     path = new_host(tmp_path, "A100-80GB", 2)
-    sim_kernel_log.clear(path)
+    clear_kernel_log(path)
     sim(path, "set-ecc", "--gpu", "0", "--uncorrected", str(2**64 - 1))
     with sim_state.transaction(path) as current:
         current["gpus"][1]["health"]["remapped_rows"]["uncorrected"] = 2**32 - 1
@@ -229,8 +232,10 @@ def test_a_count_no_driver_could_report_never_reads_as_a_healthy_zero(tmp_path, 
     written["gpus"][0]["health"]["remapped_rows"]["uncorrected"] = 2**32
     sim_state.write_new(path, written)
     monkeypatch.setenv(SIM_ENV, path)
-    document = probe.probe(health=True, kernel_log_path=sim_kernel_log.path(path))
-    assert document["nvml"] == "error" and "row counts at most 4294967295" in document["error"]
+    document = probe.probe(health=True, kernel_log_path=kernel_log_path(path))
+    # The driver clamps what its type cannot hold: the count reads saturated, not wrapped to 0.
+    assert document["nvml"] == "ok"
+    assert document["health"]["gpus"][0]["remapped_rows"]["uncorrected"] == 2**32 - 1
 
 
 def inject(path: str, gpu: int, *codes: int) -> None:
@@ -241,7 +246,7 @@ def inject(path: str, gpu: int, *codes: int) -> None:
 def test_a_critical_xid_after_32_other_codes_is_kept_and_truncated_says_so(tmp_path, monkeypatch):
     # Before: XID 79 logged after 32 other codes was dropped and truncated stayed false.
     path = new_host(tmp_path, "A100-80GB", 2)
-    sim_kernel_log.clear(path)
+    clear_kernel_log(path)
     others = [c for c in range(1, 60) if c not in (48, 64, 74, 75, 79, 95, 119, 120, 140)][:40]
     inject(path, 0, *others, 79, 79)
     found = health(monkeypatch, path)
@@ -257,10 +262,10 @@ def test_a_critical_xid_after_32_other_codes_is_kept_and_truncated_says_so(tmp_p
 
 def test_the_probe_keeps_the_codes_it_is_told_are_critical(tmp_path, monkeypatch):
     path = new_host(tmp_path, "A100-80GB", 1)
-    sim_kernel_log.clear(path)
+    clear_kernel_log(path)
     inject(path, 0, *range(1, 41), 94)
     monkeypatch.setenv(SIM_ENV, path)
-    log = sim_kernel_log.path(path)
+    log = kernel_log_path(path)
     default = probe.probe(health=True, kernel_log_path=log)["health"]
     assert 94 not in [x["code"] for x in default["gpus"][0]["xids"]]
     told = probe.probe(health=True, kernel_log_path=log, critical_xids=(94,))["health"]
@@ -269,10 +274,10 @@ def test_the_probe_keeps_the_codes_it_is_told_are_critical(tmp_path, monkeypatch
 
 def test_critical_xids_on_buses_nvml_does_not_list_are_kept_past_the_cap(tmp_path, monkeypatch):
     path = new_host(tmp_path, "A100-80GB", 1)
-    sim_kernel_log.clear(path)
+    clear_kernel_log(path)
     for n in range(40):
-        sim_kernel_log.append(path, xid_line(f"00000000:{0x80 + n:02X}:00.0", 13))
-    sim_kernel_log.append(path, xid_line("00000000:C0:00.0", 79))
+        log_kernel_line(path, xid_line(f"00000000:{0x80 + n:02X}:00.0", 13))
+    log_kernel_line(path, xid_line("00000000:C0:00.0", 79))
     found = health(monkeypatch, path)
     assert len(found["other_xids"]) == 33 and found["kernel_log"]["truncated"] is True
     assert found["other_xids"][-1]["pci_bus_id"] == "0000:c0:00"

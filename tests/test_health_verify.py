@@ -8,32 +8,25 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from gpuprov_lab.sim import admin
-from gpuprov_lab.sim import kernel_log as sim_kernel_log
+from gpuprov_lab.sim.contract import SIM_ENV
 from plans import plan_for
 from probes import matching_probe
-from simulated import isolate_pynvml, new_host
+from simulated import clear_kernel_log, kernel_log_path, new_host, run_program
 
 from gpuprov.cli import main
 from gpuprov.core.checks.host import compare
 from gpuprov.host.agent import probe
-from gpuprov.host.contract import SIM_ENV
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    isolate_pynvml(monkeypatch)
 
 
 def observed(tmp_path, monkeypatch, plan, *faults: list[str]) -> dict:
     """``plan``'s matching probe document with the health section the real probe reads from a
     simulated host of the same GPUs after ``faults`` (gpuprov-sim command lines)."""
     path = new_host(tmp_path, "A100-80GB", plan.gpu_count)
-    sim_kernel_log.clear(path)
+    clear_kernel_log(path)
     for fault in faults:
-        assert admin.main(["--state", path, *fault]) == 0
+        assert run_program("gpuprov-sim", ["--state", path, *fault]) == 0
     monkeypatch.setenv(SIM_ENV, path)
-    read = probe.probe(health=True, kernel_log_path=sim_kernel_log.path(path))
+    read = probe.probe(health=True, kernel_log_path=kernel_log_path(path))
     document = matching_probe(plan)
     document["health"] = read["health"]
     return document
@@ -193,9 +186,9 @@ def observed_model(tmp_path, monkeypatch, plan, model: str) -> dict:
     """``plan``'s matching probe document with the health section the real probe reads from a
     simulated host of ``plan.gpu_count`` GPUs of ``model``."""
     path = new_host(tmp_path, model, plan.gpu_count, seed=f"health-{model}")
-    sim_kernel_log.clear(path)
+    clear_kernel_log(path)
     monkeypatch.setenv(SIM_ENV, path)
-    read = probe.probe(health=True, kernel_log_path=sim_kernel_log.path(path))
+    read = probe.probe(health=True, kernel_log_path=kernel_log_path(path))
     document = matching_probe(plan)
     for gpu, seen in zip(document["gpus"], read["gpus"], strict=True):
         gpu.update(name=seen["name"], memory_total_mib=seen["memory_total_mib"])

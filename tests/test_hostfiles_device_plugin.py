@@ -10,6 +10,7 @@ import time
 
 import pytest
 from plans import plan_for
+from simulated import without_driver
 from upstream import upstream_binary
 
 from gpuprov.core.hostfiles import device_plugin
@@ -281,6 +282,7 @@ def plugin_reading(tmp_path, text: str) -> dict | str:
         capture_output=True,
         text=True,
         timeout=60,
+        env=without_driver(),  # only its reading of the file: no NVML behind it
     )
     out = done.stdout + done.stderr
     if "Running with config:" not in out:

@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner
 from gpuprov_lab import kubebuild
 from gpuprov_lab.controlplane import Identity
+from gpuprov_lab.sim.contract import SIM_ENV
 from kube_cluster import control_plane, node
 from test_verify import SimHost, snapshot
 
 from gpuprov.cli import main
 from gpuprov.controller.bundle import write_bundle
-from gpuprov.host.contract import SIM_ENV
 from tests.containerd_binaries import debian_containerd, running_containerd
 
 # What the SimHost plans (2 x A100-80GB, 3g.40gb + 2g.20gb + 2 x 1g.10gb each, mixed) as a

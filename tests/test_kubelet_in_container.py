@@ -31,6 +31,7 @@ from gpuprov_lab import kubelet_unit as kubelet
 from gpuprov_lab import plugin_service as device_plugin
 from gpuprov_lab.controlplane import ControlPlane, node_identity
 from gpuprov_lab.sim import state
+from gpuprov_lab.sim.contract import SIM_STATE_PATH
 from kube_cluster import control_plane
 from upstream import upstream_binary
 
@@ -38,7 +39,6 @@ from gpuprov.host.contract import (
     DEVICE_PLUGIN_CONFIG_PATH,
     KUBELET_DEVICE_CHECKPOINT,
     KUBELET_DEVICE_PLUGIN_DIR,
-    SIM_STATE_PATH,
     kubelet_drop_in_path,
 )
 from gpuprov.host.kubelet.checkpoint import registered_devices

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 from gpuprov_lab import packages
+from gpuprov_lab.sim.contract import SIM_ENV
 from gpuprov_lab.sim.libnvml import build
 from simulated import edit, new_host
-
-from gpuprov.host.contract import SIM_ENV
 
 PYTHON = "/usr/bin/python3"  # the lab hosts' (Debian's); the stand-ins name it in their #!
 HOOK = "nvidia-container-runtime-hook"

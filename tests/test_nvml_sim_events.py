@@ -28,23 +28,16 @@ from pathlib import Path
 import pynvml
 import pytest
 from gpuprov_lab.sim.caps import mig_minors
+from gpuprov_lab.sim.contract import SIM_ENV, SIM_TRACE_ENV
 from gpuprov_lab.sim.libnvml import preload
-from sim_hardware import Hardware, new_host, nvml, programs
-from simulated import isolate_pynvml
+from simulated import Hardware, new_host, nvml, programs
 from test_device_plugin_real import SANDBOX, _wait_for
 from upstream import upstream_binary
-
-from gpuprov.host.contract import SIM_ENV, SIM_TRACE_ENV
 
 XID = pynvml.nvmlEventTypeXidCriticalError
 HEALTH_MASK = XID | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypeSingleBitEccError
 NONE = 0xFFFFFFFF  # nvmlEventData_t's instance ids of an event of the whole GPU
 WATCH = Path(__file__).parent / "kubelet_watch.py"
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    isolate_pynvml(monkeypatch)
 
 
 @pytest.fixture

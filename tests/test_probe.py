@@ -11,25 +11,19 @@ import sys
 import pynvml
 import pytest
 from click.testing import CliRunner
-from gpuprov_lab.sim import install
-from simulated import edit, initialized, isolate_pynvml, new_host
+from gpuprov_lab.sim.contract import SIM_ENV
+from simulated import edit, initialized, new_host, traced, use, without_driver
 
 from gpuprov.cli import main as cli
 from gpuprov.host.agent import probe
-from gpuprov.host.contract import SIM_ENV
 
 TOP_KEYS = {"schema", "nvml", "error", "driver_version", "nvml_version", "gpus"}
 GPU_KEYS = {"index", "uuid", "name", "memory_total_mib", "pci_bus_id", "mig", "gpu_instances"}
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    isolate_pynvml(monkeypatch)
-
-
 def _create(path, index, instances):
     """Lay out GIs (profile id, start, size, with a full CI?) through pynvml, like an applier."""
-    install(path)
+    use(path)
     with initialized():
         device = pynvml.nvmlDeviceGetHandleByIndex(index)
         for profile_id, start, size, with_ci in instances:
@@ -135,8 +129,9 @@ def test_pending_mig_mode_shows_and_lists_no_instances(tmp_path, monkeypatch):
 
 def test_one_init_and_always_a_shutdown(tmp_path, monkeypatch):
     path = new_host(tmp_path, "A100-80GB", 2, mig=[0, 1])
+    trace = traced(monkeypatch, tmp_path / "trace")
     _probe(monkeypatch, path)
-    calls = pynvml.nvmlLib.calls
+    calls = trace()
     assert (calls["nvmlInitWithFlags"], calls["nvmlShutdown"]) == (1, 1)
     with edit(path) as host:
         host["faults"]["fail_after"] = {
@@ -147,7 +142,7 @@ def test_one_init_and_always_a_shutdown(tmp_path, monkeypatch):
     document = _probe(monkeypatch, path)
     assert (document["nvml"], document["error"], document["gpus"]) == ("error", "GPU is lost", [])
     assert document["driver_version"] == "535.261.03"
-    calls = pynvml.nvmlLib.calls
+    calls = trace()
     assert (calls["nvmlInitWithFlags"], calls["nvmlShutdown"]) == (1, 1)
 
 
@@ -184,8 +179,9 @@ def test_driver_not_loaded(tmp_path, monkeypatch):
 
 
 def test_library_not_found_on_this_machine_without_the_simulation(tmp_path):
-    # This machine really has no libnvidia-ml: pynvml's own loader fails, no simulation involved.
-    env = {k: v for k, v in os.environ.items() if k != SIM_ENV}
+    # Without the simulated library on the loader's path this machine has no libnvidia-ml:
+    # pynvml's own loader fails, no simulation involved.
+    env = without_driver()
     result = subprocess.run(
         [sys.executable, "-m", "gpuprov.host.agent.probe", "--file", str(tmp_path / "none")],
         capture_output=True,

@@ -8,8 +8,8 @@ import ctypes
 
 import pynvml
 import pytest
-from gpuprov_lab.sim import install
-from simulated import initialized, isolate_pynvml, new_host
+from gpuprov_lab.sim.contract import SIM_ENV
+from simulated import initialized, new_host, use
 
 from gpuprov.core.checks.probe_document import (
     MAX_SHOWN_PROBLEMS,
@@ -19,18 +19,13 @@ from gpuprov.core.checks.probe_document import (
 )
 from gpuprov.core.hostfiles import Wanted
 from gpuprov.host.agent import probe
-from gpuprov.host.contract import PROBE_SCHEMA, SIM_ENV
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    isolate_pynvml(monkeypatch)
+from gpuprov.host.contract import PROBE_SCHEMA
 
 
 def real_probe(tmp_path, monkeypatch, **kwargs) -> dict:
     """The probe of two simulated A100s, GPU 0 with MIG on and two instances (one without CI)."""
     path = new_host(tmp_path, "A100-80GB", 2, mig=[0])
-    install(path)
+    use(path)
     with initialized():
         device = pynvml.nvmlDeviceGetHandleByIndex(0)
         for profile_id, start, size in ((9, 4, 4), (19, 0, 1)):

@@ -4,9 +4,8 @@ line and exit 2, and a hand-edited health entry of the wrong shape is one clear 
 from __future__ import annotations
 
 import pytest
-from gpuprov_lab.sim import admin
 from gpuprov_lab.sim import state as sim_state
-from simulated import edit, new_host
+from simulated import edit, new_host, run_program
 
 
 @pytest.mark.parametrize(
@@ -20,7 +19,7 @@ from simulated import edit, new_host
 def test_a_bad_fault_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     path = new_host(tmp_path, "A100-80GB", 2)
     before = sim_state.load(path)
-    assert admin.main(["--state", path, *args]) == 2
+    assert run_program("gpuprov-sim", ["--state", path, *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpuprov-sim: error: ") and message in err
     assert err.count("\n") == 1

@@ -1,22 +1,16 @@
-"""The simulated ``nvidia-smi`` and ``gpuprov-sim``: commands, output shapes, exit codes."""
+"""The simulated ``nvidia-smi`` and ``gpuprov-sim`` (the C programs over the simulated
+``libnvidia-ml.so.1``): commands, output shapes, exit codes."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 
 import pytest
-from gpuprov_lab.sim import admin, smi, state
-from simulated import edit, isolate_pynvml, new_host
-
-from gpuprov.host.contract import SIM_ENV
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    isolate_pynvml(monkeypatch)
+from gpuprov_lab.sim import state
+from gpuprov_lab.sim.contract import SIM_ENV
+from simulated import edit, new_host, programs, run_program
 
 
 @pytest.fixture
@@ -28,7 +22,7 @@ def host(tmp_path, monkeypatch):
 
 
 def run(capsys, *argv):
-    code = smi.main(list(argv))
+    code = run_program("nvidia-smi", list(argv))
     return code, capsys.readouterr().out
 
 
@@ -118,11 +112,18 @@ def test_mig_mode_on_a_gpu_without_mig_fails(tmp_path, monkeypatch, capsys):
     )
 
 
-def test_reset_is_refused_while_a_process_or_active_unit_holds_the_gpu(host, capsys, monkeypatch):
+def test_reset_is_refused_while_a_process_or_active_unit_holds_the_gpu(
+    host, capsys, monkeypatch, tmp_path
+):
+    # The unit is active: the simulator asks `systemctl is-active` (without a running systemd,
+    # on CI machines and in containers, a listed unit counts as active anyway).
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "systemctl").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "bin" / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     run(capsys, "-i", "1", "-mig", "1")
     with edit(host) as current:
         current["gpus"][1]["held_by"] = ["nvidia-persistenced.service"]
-    monkeypatch.setattr(state, "unit_active", lambda unit: True)
     code, out = run(capsys, "-r", "-i", "1")
     assert code == 255
     assert out.splitlines()[:2] == [
@@ -131,7 +132,8 @@ def test_reset_is_refused_while_a_process_or_active_unit_holds_the_gpu(host, cap
     ]
     assert "1 device is currently being used by one or more other processes" in out
     assert state.load(host)["gpus"][1]["mig_current"] is False
-    monkeypatch.setattr(state, "unit_active", lambda unit: False)  # the unit was stopped
+    with edit(host) as current:  # the unit was stopped: it no longer holds the GPU
+        current["gpus"][1]["held_by"] = []
     assert run(capsys, "-r", "-i", "1")[0] == 0
     with edit(host) as current:
         current["gpus"][0]["busy"] = True
@@ -274,14 +276,14 @@ def test_no_driver_and_no_library(host, tmp_path, monkeypatch, capsys):
 
 
 def test_bad_command_lines_exit_2(host, capsys):
-    assert smi.main(["-mig", "2"]) == 2
-    assert smi.main(["mig", "-lgi", "-cgi", "9"]) == 2
-    assert smi.main([]) == 2
+    assert run_program("nvidia-smi", ["-mig", "2"]) == 2
+    assert run_program("nvidia-smi", ["mig", "-lgi", "-cgi", "9"]) == 2
+    assert run_program("nvidia-smi", []) == 2
 
 
-def test_runs_standalone_as_a_module(host):
+def test_runs_standalone_finding_the_library_beside_it(host):
     result = subprocess.run(
-        [sys.executable, "-m", "gpuprov_lab.sim.smi", "-L"],
+        [str(programs()["nvidia-smi"]), "-L"],
         capture_output=True,
         text=True,
         env={**os.environ, SIM_ENV: host},
@@ -297,7 +299,8 @@ def test_runs_standalone_as_a_module(host):
 def test_admin_init_driver_boot_fault_show(tmp_path, capsys):
     path = str(tmp_path / "lab" / "state.json")
     assert (
-        admin.main(
+        run_program(
+            "gpuprov-sim",
             [
                 "--state",
                 path,
@@ -308,18 +311,29 @@ def test_admin_init_driver_boot_fault_show(tmp_path, capsys):
                 "3",
                 "--seed",
                 "gpu-node-1",
-            ]
+            ],
         )
         == 0
     )
     host = state.load(path)
     assert [gpu["model"] for gpu in host["gpus"]] == ["H100-80GB"] * 3
     assert host == state.new_state("H100-80GB", 3, "gpu-node-1")
-    assert admin.main(["--state", path, "driver", "--version", "535.216.01", "--unloaded"]) == 0
-    assert state.load(path)["driver"] == {"loaded": False, "version": "535.216.01"}
-    assert admin.main(["--state", path, "fault", "-i", "1", "--busy", "--held-by", "dcgm"]) == 0
     assert (
-        admin.main(
+        run_program(
+            "gpuprov-sim", ["--state", path, "driver", "--version", "535.216.01", "--unloaded"]
+        )
+        == 0
+    )
+    assert state.load(path)["driver"] == {"loaded": False, "version": "535.216.01"}
+    assert (
+        run_program(
+            "gpuprov-sim", ["--state", path, "fault", "-i", "1", "--busy", "--held-by", "dcgm"]
+        )
+        == 0
+    )
+    assert (
+        run_program(
+            "gpuprov-sim",
             [
                 "--state",
                 path,
@@ -329,7 +343,7 @@ def test_admin_init_driver_boot_fault_show(tmp_path, capsys):
                 "3",
                 "--error",
                 "NVML_ERROR_GPU_IS_LOST",
-            ]
+            ],
         )
         == 0
     )
@@ -344,12 +358,12 @@ def test_admin_init_driver_boot_fault_show(tmp_path, capsys):
     }
     with edit(path) as current:
         current["gpus"][2]["mig_pending"] = True
-    assert admin.main(["--state", path, "boot"]) == 0
+    assert run_program("gpuprov-sim", ["--state", path, "boot"]) == 0
     host = state.load(path)
     assert host["gpus"][2]["mig_current"] is True
     assert (host["gpus"][1]["busy"], host["gpus"][1]["held_by"]) == (False, ["dcgm"])
     capsys.readouterr()
-    assert admin.main(["--state", path, "show"]) == 0
+    assert run_program("gpuprov-sim", ["--state", path, "show"]) == 0
     assert json.loads(capsys.readouterr().out) == host
 
 
@@ -365,11 +379,11 @@ def test_admin_init_driver_boot_fault_show(tmp_path, capsys):
 )
 def test_admin_bad_input_is_one_message_and_exit_2(tmp_path, capsys, argv, message):
     path = new_host(tmp_path)
-    assert admin.main(["--state", path, *argv]) == 2
+    assert run_program("gpuprov-sim", ["--state", path, *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
 
 
 def test_admin_without_state_file(tmp_path, capsys):
-    assert admin.main(["--state", str(tmp_path / "none.json"), "boot"]) == 2
+    assert run_program("gpuprov-sim", ["--state", str(tmp_path / "none.json"), "boot"]) == 2
     assert "run `gpuprov-sim init`" in capsys.readouterr().err

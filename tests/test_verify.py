@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from gpuprov_lab.sim import state as sim_state
+from gpuprov_lab.sim.contract import SIM_ENV
+from simulated import programs
 
 from gpuprov.cli import main
 from gpuprov.controller.bundle import write_bundle
@@ -23,7 +25,7 @@ from gpuprov.controller.facts.probe import AgentProbe
 from gpuprov.controller.inventory import load
 from gpuprov.core.checks.host import probe_command
 from gpuprov.core.plan import build
-from gpuprov.host.contract import KUBELET_DEVICE_PLUGIN_DIR, MIG_UNIT, SIM_ENV
+from gpuprov.host.contract import KUBELET_DEVICE_PLUGIN_DIR, MIG_UNIT
 from tests.containerd_binaries import (
     debian_containerd,
     node_main,
@@ -40,7 +42,7 @@ PLANNED_GIS = "14:0,19:2,19:3,9:4"
 def smi(*args: str) -> str:
     """Run the simulated nvidia-smi on the state file GPUPROV_NVML_SIM names."""
     done = subprocess.run(
-        [sys.executable, "-m", "gpuprov_lab.sim.smi", *args],
+        [str(programs()["nvidia-smi"]), *args],
         capture_output=True,
         text=True,
         check=True,

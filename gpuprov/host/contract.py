@@ -23,7 +23,6 @@ VERIFY_SCHEMA = "gpuprov.verify/v1"
 ADVISE_SCHEMA = "gpuprov.advise/v1"  # `gpuprov advise --format json`
 ADVISE_CHECK_SCHEMA = "gpuprov.advise-check/v1"  # `gpuprov advise --check ... --format json`
 MIG_LAYOUT_SCHEMA = "gpuprov.mig-layout/v1"
-SIM_SCHEMA = "gpuprov.sim/v1"  # the simulated driver's state file (lab and tests)
 # The probe document's ``nvml`` field: "ok", why NVML could not start, or no agent to ask.
 PROBE_NVML_OK = "ok"
 PROBE_AGENT_MISSING = "agent-missing"
@@ -264,21 +263,6 @@ NPD_NAMESPACE = "kube-system"
 NPD_CONFIGMAP = "gpuprov-node-problem-detector"
 NPD_CONFIGMAP_KEY = "gpu-xid-monitor.json"
 NPD_CONDITION = "GPUCriticalXid"
-
-# --- The simulated driver (lab and tests only) ----------------------------------------------------
-SIM_ENV = "GPUPROV_NVML_SIM"  # names the state file; unset on production hosts
-SIM_TRACE_ENV = "GPUPROV_NVML_SIM_TRACE"  # the C library appends "<function> <rc>" lines there
-SIM_STATE_PATH = "/var/lib/nvidia-sim/gpus.json"  # where the lab keeps it
-# Where the lab's simulated driver package installs the simulator (``lab/gpuprov_lab/sim`` and what it
-# imports); the agent bundle does not carry it. SIM_PYTHON_ENV overrides the directory (tests).
-SIM_PYTHON_DIR = "/usr/lib/nvidia-sim/python"
-SIM_PYTHON_ENV = "GPUPROV_NVML_SIM_PYTHON"
-# The simulated C library (lab/gpuprov_lab/sim/libnvml) where the real driver puts libnvidia-ml on Debian
-SIM_NVML_LIBRARY_PATH = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
-SIM_MIG_MINORS_PATH = "/proc/driver/nvidia-caps/mig-minors"  # read by NVIDIA's device plugin
-# The simulated kernel log (kmsg records, ``gpuprov-sim inject xid``) beside the state file; the
-# lab's driver package links KERNEL_LOG_PATH to it at boot, so the probe reads it as on a real host.
-SIM_KERNEL_LOG_NAME = "kmsg"
 
 # --- NVML -----------------------------------------------------------------------------------------
 # What NVML answers for a profile this GPU or GI does not have (mig-parted skips both):

@@ -5,65 +5,18 @@ a profile info whose ``id`` (the other numbering, the one ``-cgi`` and
 ``GpuInstanceInfo.profileId`` use) lists that profile's GIs. ``profile`` comes from the GI
 profile info ``name`` (``"MIG 3g.40gb"`` -> ``"3g.40gb"``).
 
->>> init_nvml(); read_gpu(0)["mig"]                 # doctest: +SKIP
+>>> pynvml.nvmlInit(); read_gpu(0)["mig"]          # doctest: +SKIP
 {'current': True, 'pending': True}
 """
 
 from __future__ import annotations
 
 import ctypes
-import importlib
-import importlib.util
-import os
 from typing import Any
 
 import pynvml
 
-from gpuprov.host.contract import NVML_PROFILE_ABSENT, SIM_ENV, SIM_PYTHON_DIR, SIM_PYTHON_ENV
-
-
-class SimulatedDriverError(Exception):
-    """``GPUPROV_NVML_SIM`` is set but the simulated driver cannot be used; the message says why."""
-
-
-def init_nvml() -> None:
-    """``nvmlInit``, routed to the simulated driver under ``GPUPROV_NVML_SIM`` (lab and tests).
-
-    Without the simulator installed, NVML's "library not found", as on a host without a driver;
-    SimulatedDriverError when its state file is malformed.
-    """
-    path = os.environ.get(SIM_ENV)
-    if path:
-        simulator = _simulator()
-        try:
-            simulator.install(path)
-        except simulator.StateError as e:
-            raise SimulatedDriverError(f"simulated driver ({SIM_ENV}): {e}") from None
-    pynvml.nvmlInit()
-
-
-def _simulator() -> Any:
-    """The ``gpuprov_lab.sim`` package: in a source tree it is importable as is; the agent bundle
-    does not carry it, so on a lab host it comes from where the lab's simulated driver package
-    installed it (``SIM_PYTHON_DIR``), as the real driver's library comes from the driver."""
-    import sys
-
-    import gpuprov
-
-    directory = os.environ.get(SIM_PYTHON_ENV) or SIM_PYTHON_DIR
-    try:
-        found = importlib.util.find_spec("gpuprov_lab.sim") is not None
-    except ModuleNotFoundError:
-        found = False
-    if not found and directory not in sys.path:
-        # Appended: what the bundle has (contract, probe) still comes from the bundle.
-        sys.path.append(directory)
-        gpuprov.__path__.append(os.path.join(directory, "gpuprov"))
-    try:
-        return importlib.import_module("gpuprov_lab.sim")
-    except ImportError:
-        # Not installed yet is what a host without the driver package says: no NVML library.
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND) from None
+from gpuprov.host.contract import NVML_PROFILE_ABSENT
 
 
 def read_gpu(index: int) -> dict[str, Any]:

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from gpuprov.core import catalog
-from gpuprov.host.contract import SIM_ENV
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.packages import SIM_STATE
+from gpuprov_lab.sim.contract import SIM_ENV
+from gpuprov_lab.sim.libnvml import build as libnvml
 from gpuprov_lab.spec import LabHost
 
 SIM_ENV_LINE = f"{SIM_ENV}={SIM_STATE}"
@@ -120,7 +120,7 @@ def pci_devices(gpus: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 def _admin(*args: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gpuprov_lab.sim.admin", *args], capture_output=True, text=True
+        [str(libnvml.build().programs["gpuprov-sim"]), *args], capture_output=True, text=True
     )
     if result.returncode != 0:
         raise LabError(f"gpuprov-sim {' '.join(args)}: {result.stderr.strip()}")

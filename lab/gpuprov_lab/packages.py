@@ -8,9 +8,13 @@ bookworm-backports' one, and nvidia-persistenced at its own version) and
 after backports' 535.216.03-2~bpo12+1, so the backports version is the older one: the lab
 installs it first and upgrades to bookworm's.
 
-The simulator is the "kernel module": ``nvidia-kernel-dkms`` ships a private copy of gpuprov's
-simulator and catalog plus nvidia-ml-py's ``pynvml.py`` under /usr/lib/nvidia-sim/python, and
-loading the driver is its postinst. ``nvidia-driver`` depends on packages at its exact version
+The simulator is the C ``libnvidia-ml.so.1`` (``gpuprov_lab.sim.libnvml``), compiled here on
+the controller, whose Debian the lab hosts share: ``libnvidia-ml1`` installs it where Debian's
+driver puts NVML, so every NVML client on the host (pynvml under gpuprov's probe, NVIDIA's device
+plugin) loads it by name, and ``nvidia-smi`` is the C program over it. The "kernel module"
+``nvidia-kernel-dkms`` ships the hardware switches (``gpuprov-sim``, with its own copy of the
+library beside it under /usr/lib/nvidia-sim) and the boot unit; loading the driver is its
+postinst. No Python of the lab's reaches a host. ``nvidia-driver`` depends on packages at its exact version
 that the deploy does not name (``nvidia-driver-libs``, ``nvidia-alternative``), as Debian's
 does: only the pin file gets those to the planned version.
 
@@ -24,27 +28,17 @@ does: only the pin file gets those to the planned version.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import posixpath
-from functools import cache
-from importlib import resources
 from pathlib import Path
 
-import pynvml
-
-import gpuprov_lab
-from gpuprov.host.contract import (
-    KERNEL_LOG_PATH,
-    NVIDIA_RUNTIME_BINARY,
-    PERSISTENCED_UNIT,
+from gpuprov.host.contract import KERNEL_LOG_PATH, NVIDIA_RUNTIME_BINARY, PERSISTENCED_UNIT
+from gpuprov_lab.debs import File, Package
+from gpuprov_lab.sim.contract import (
     SIM_ENV,
     SIM_KERNEL_LOG_NAME,
     SIM_NVML_LIBRARY_PATH,
-    SIM_PYTHON_DIR,
     SIM_STATE_PATH,
 )
-from gpuprov_lab.debs import File, Package
 from gpuprov_lab.sim.libnvml import build as libnvml
 
 # Upstream -> Debian version, as Debian has them (tests/data/packages/debian-bookworm-*):
@@ -65,7 +59,7 @@ DRIVER_PACKAGES = (
 )
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.18.0-1")  # Debian versions, as NVIDIA's repository has them
 SIM_STATE = SIM_STATE_PATH
-SIM_PYTHON = SIM_PYTHON_DIR  # the agent bundle has no simulator: the probe finds it here
+SIM_PRIVATE_DIR = "/usr/lib/nvidia-sim"  # gpuprov-sim and the library copy its run path finds
 SOURCE = "nvidia-graphics-drivers"
 
 _HERE = Path(__file__).parent / "packages"
@@ -101,15 +95,17 @@ def _driver(upstream: str) -> list[Package]:
             **fields,
         )
 
+    built = libnvml.build()
     kernel_files = {
         "/usr/sbin/gpuprov-sim": _file("driver/gpuprov-sim", upstream, 0o755),
+        f"{SIM_PRIVATE_DIR}/gpuprov-sim": File(built.programs["gpuprov-sim"].read_bytes(), 0o755),
+        f"{SIM_PRIVATE_DIR}/{libnvml.LIBRARY}": File(built.library.read_bytes()),
         "/usr/lib/nvidia-sim/kmsg-link": _file("driver/nvidia-sim-kmsg", upstream, 0o755),
         "/usr/sbin/nvidia-sim-devices": _file("driver/nvidia-sim-devices", upstream, 0o755),
         "/lib/systemd/system/nvidia-sim-boot.service": _file(
             "driver/nvidia-sim-boot.service", upstream
         ),
         "/lib/systemd/system.conf.d/nvidia-sim.conf": _file("driver/nvidia-sim.conf", upstream),
-        **{f"{SIM_PYTHON}/{rel}": File(data) for rel, data in sim_payload().items()},
     }
     return [
         package("nvidia-alternative", "allows the selection of NVIDIA as GLX provider"),
@@ -143,14 +139,14 @@ def _driver(upstream: str) -> list[Package]:
             "NVIDIA Management Library (NVML) runtime library",
             # For programs that load NVML themselves (NVIDIA's device plugin): the simulated C
             # library, compiled here on the controller, whose Debian the lab hosts share.
-            files={SIM_NVML_LIBRARY_PATH: File(libnvml.library().read_bytes())},
+            files={SIM_NVML_LIBRARY_PATH: File(built.library.read_bytes())},
             scripts={"postinst": _text("libnvidia-ml1/postinst", upstream)},
             depends=(f"nvidia-alternative (= {version})",),
         ),
         package(
             "nvidia-smi",
             "NVIDIA System Management Interface",
-            files={"/usr/bin/nvidia-smi": _file("driver/nvidia-smi", upstream, 0o755)},
+            files={"/usr/bin/nvidia-smi": File(built.programs["nvidia-smi"].read_bytes(), 0o755)},
             depends=(f"nvidia-alternative (= {version})", f"libnvidia-ml1 (= {version})"),
             section="non-free/utils",
         ),
@@ -258,65 +254,13 @@ def _toolkit(version: str) -> list[Package]:
     ]
 
 
-@cache
-def sim_payload() -> dict[str, bytes]:
-    """Relative path -> content: gpuprov_lab.sim, every gpuprov module it imports, and pynvml.py."""
-    root = Path(gpuprov_lab.__file__).parent
-    wanted = {"gpuprov", "gpuprov_lab", "gpuprov_lab.sim", "gpuprov.core.catalog"}
-    wanted |= {f"gpuprov_lab.sim.{p.stem}" for p in (root / "sim").glob("*.py")}
-    todo, files = sorted(wanted), {}
-    while todo:
-        module = todo.pop()
-        path = _module_path(module)
-        if path is None:
-            continue
-        rel = str(Path(*module.split(".")) / ("__init__.py" if path.name == "__init__.py" else ""))
-        rel = rel if path.name == "__init__.py" else rel + ".py"
-        if rel in files:
-            continue
-        source = path.read_bytes()
-        files[rel] = source
-        for imported in _gpuprov_imports(ast.parse(source), module, path.name == "__init__.py"):
-            parts = imported.split(".")
-            todo += [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    catalog_data = resources.files("gpuprov.core.catalog").joinpath("gpus.yaml").read_bytes()
-    files["gpuprov/core/catalog/gpus.yaml"] = catalog_data
-    files["pynvml.py"] = Path(pynvml.__file__).read_bytes()
-    return dict(sorted(files.items()))
-
-
-def _module_path(module: str) -> Path | None:
-    try:
-        spec = importlib.util.find_spec(module)
-    except ModuleNotFoundError:
-        return None
-    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        return None
-    return Path(spec.origin)
-
-
-def _gpuprov_imports(tree: ast.Module, module: str, is_package: bool) -> list[str]:
-    package = module if is_package else module.rpartition(".")[0]
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            out += [base] + [f"{base}.{a.name}" for a in node.names]
-    return [m for m in out if m.split(".")[0] in ("gpuprov", "gpuprov_lab")]
-
-
 def _text(name: str, upstream: str) -> bytes:
     """A packaged file with the version and the contract's simulator names filled in."""
     text = (_HERE / name).read_text().replace("@UPSTREAM@", upstream)
     for mark, value in (
         ("@SIM_STATE@", SIM_STATE_PATH),
         ("@SIM_ENV@", SIM_ENV),
-        ("@SIM_PYTHON@", SIM_PYTHON_DIR),
+        ("@SIM_PRIVATE@", SIM_PRIVATE_DIR),
         ("@SIM_KMSG@", posixpath.join(posixpath.dirname(SIM_STATE_PATH), SIM_KERNEL_LOG_NAME)),
         ("@KERNEL_LOG@", KERNEL_LOG_PATH),
     ):

@@ -32,12 +32,11 @@ from gpuprov.host.contract import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIG_PATH,
     KUBELET_UNIT,
-    SIM_ENV,
-    SIM_STATE_PATH,
 )
 from gpuprov_lab import kubelet_unit
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.rundir import CACHE
+from gpuprov_lab.sim.contract import SIM_ENV, SIM_STATE_PATH
 
 PLUGIN = "/usr/bin/nvidia-device-plugin"
 UNIT = "/etc/systemd/system/nvidia-device-plugin.service"

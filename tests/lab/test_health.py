@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from gpuprov_lab.sim.contract import SIM_KERNEL_LOG_NAME, SIM_STATE_PATH
 
-from gpuprov.host.contract import KERNEL_LOG_PATH, SIM_KERNEL_LOG_NAME, SIM_STATE_PATH
+from gpuprov.host.contract import KERNEL_LOG_PATH
 
 pytestmark = pytest.mark.lab
 

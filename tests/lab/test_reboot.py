@@ -16,15 +16,8 @@ APT = (
     "apt-get -q -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/tmp/rb/sources "
     "-o Dir::State::Lists=/tmp/rb/lists"
 )
-# Two GPU instances on GPU 0 through NVML on the host (the simulated driver's pynvml).
-CREATE_GIS = (
-    "PYTHONPATH=/usr/lib/nvidia-sim/python python3 -c 'import os, pynvml, gpuprov_lab.sim;"
-    'gpuprov_lab.sim.install(os.environ["GPUPROV_NVML_SIM"]); pynvml.nvmlInit();'
-    "h = pynvml.nvmlDeviceGetHandleByIndex(0);"
-    "p = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, "
-    "pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE);"
-    "[pynvml.nvmlDeviceCreateGpuInstance(h, p.id) for _ in range(2)]'"
-)
+# Two GPU instances on GPU 0 through NVML on the host (nvidia-smi, the C program over it).
+CREATE_GIS = "nvidia-smi mig -i 0 -cgi 3g.40gb,3g.40gb"
 
 
 def gpu0(lab) -> dict:

@@ -16,11 +16,15 @@ APT = (
     "apt-get -q -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/tmp/{d}/sources "
     "-o Dir::State::Lists=/tmp/{d}/lists"
 )
-SIM_PY = (
-    "PYTHONPATH=/usr/lib/nvidia-sim/python python3 -c 'import os, json, pynvml, gpuprov_lab.sim;"
-    'gpuprov_lab.sim.install(os.environ["GPUPROV_NVML_SIM"]); pynvml.nvmlInit();'
-    "h = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())];"
-    "print(json.dumps([pynvml.nvmlDeviceGetName(x) for x in h]))'"
+# A second NVML client on the host, as the container toolkit's is: libnvidia-ml.so.1 by name.
+NVML_NAMES = (
+    'python3 -c \'import ctypes, json; n = ctypes.CDLL("libnvidia-ml.so.1");'
+    "assert n.nvmlInit_v2() == 0; c = ctypes.c_uint(); n.nvmlDeviceGetCount_v2(ctypes.byref(c));"
+    "h = [ctypes.c_void_p() for _ in range(c.value)];"
+    "[n.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(x)) for i, x in enumerate(h)];"
+    "b = [ctypes.create_string_buffer(96) for _ in h];"
+    "[n.nvmlDeviceGetName(x, y, 96) for x, y in zip(h, b)];"
+    "print(json.dumps([y.value.decode() for y in b]))'"
 )
 
 
@@ -67,7 +71,7 @@ def test_driver_package_brings_nvidia_smi_and_nvml_that_see_the_host_gpus(lab):
             )
             listing = lab.run(host.name, "nvidia-smi -L").stdout.splitlines()
             assert len(listing) == host.count
-            names = json.loads(lab.run(host.name, SIM_PY).stdout)
+            names = json.loads(lab.run(host.name, NVML_NAMES).stdout)
             assert names == [listing[0].split(": ", 1)[1].split(" (UUID")[0]] * host.count
             assert host.model.split("-")[0] in names[0]
             state = json.loads(lab.run(host.name, "cat /var/lib/nvidia-sim/gpus.json").stdout)

@@ -47,7 +47,7 @@ from gpuprov.host.files import read_file, read_files
 from gpuprov.host.health import kernel_log, nvml_counters, xid
 from gpuprov.host.health import section as health_section
 from gpuprov.host.kubelet import sockets
-from gpuprov.host.nvml_gpus import SimulatedDriverError, init_nvml, read_gpu
+from gpuprov.host.nvml_gpus import read_gpu
 
 # nvmlInit's failures that say what the host lacks: the document's ``nvml`` value.
 _INIT_FAILURES = {
@@ -128,11 +128,9 @@ def _nvml(counters: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
     """NVML's part of the document; fills ``counters`` (GPU index -> health readings) when
     given, inside the same ``nvmlInit``."""
     try:
-        init_nvml()
+        pynvml.nvmlInit()  # libnvidia-ml.so.1, by pynvml's own loader
     except pynvml.NVMLError as e:
         return {"nvml": _INIT_FAILURES.get(e.value, "error"), "error": str(e)}
-    except SimulatedDriverError as e:
-        return {"nvml": "error", "error": str(e)}
     found: dict[str, Any] = {}
     try:
         found["driver_version"] = pynvml.nvmlSystemGetDriverVersion()

@@ -12,7 +12,7 @@ limit of this choice: the ring buffer forgets the oldest records on a chatty hos
 journal might still have them (docs/health.md).
 
 Lab hosts (systemd-nspawn) have no ``/dev/kmsg``; the simulated driver links it to a regular
-file of the same records (``gpuprov_lab.sim.kernel_log``), which this reads the same way.
+file of the same records, which this reads the same way.
 
 >>> log = read("/nonexistent/kmsg")
 >>> log.error, log.xids

@@ -50,7 +50,7 @@ from gpuprov.host.mig.layout import MigLayout
 from gpuprov.host.mig.reset import ClientsError, clients_stopped, reset
 
 # One way into NVML for probe and applier.
-from gpuprov.host.nvml_gpus import SimulatedDriverError, init_nvml, read_gpu
+from gpuprov.host.nvml_gpus import read_gpu
 
 
 class ApplyFailed(Exception):
@@ -126,8 +126,8 @@ def _run_locked(
     layout: MigLayout, report: Report, boot: bool, system: gpu_holders.System
 ) -> tuple[int, dict]:
     try:
-        init_nvml()
-    except (pynvml.NVMLError, SimulatedDriverError) as e:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
         report.error = f"NVML: {e}"
         return AGENT_EXIT_FAILED, report.as_dict()
     try:

@@ -1,41 +1,13 @@
 """The simulated NVIDIA driver: GPUs that live in a JSON state file instead of a PCI slot.
 
-``install(path)`` is the one entry point gpuprov uses: when ``GPUPROV_NVML_SIM`` names a state
-file, the probe and the applier call it before ``nvmlInit``, and from then on nvidia-ml-py's own
-wrappers talk to the simulation (``nvml.py``) exactly as they would to ``libnvidia-ml.so.1``.
-Nothing else in gpuprov knows the simulation exists. ``state.py`` holds the file format and the
-reset/reboot rules, ``smi.py`` a ``nvidia-smi`` on top of pynvml, ``admin.py`` the lab's
-``gpuprov-sim`` command (create a host, load/unload the driver, boot, inject faults).
+One simulator: the C ``libnvidia-ml.so.1`` in ``libnvml`` (with its programs ``nvidia-smi`` and
+``gpuprov-sim``), which every NVML client loads by name exactly as it loads the real library; on
+a lab host the driver packages install it where Debian's driver puts NVML. gpuprov knows nothing
+of it. Beside it: ``contract`` (its names and paths), ``state`` (the state file's format, for
+the lab and tests that make a host) and ``caps`` (the MIG capability minors NVIDIA's device
+plugin reads).
 
->>> lib = install("/var/lib/gpuprov-sim/gpus.json")   # doctest: +SKIP
->>> pynvml.nvmlInit(); pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))  # doctest: +SKIP
-'NVIDIA A100-SXM4-80GB'
+>>> from gpuprov_lab.sim.libnvml import build
+>>> build.build().programs["nvidia-smi"].name   # doctest: +SKIP
+'nvidia-smi'
 """
-
-from __future__ import annotations
-
-import os
-
-from gpuprov_lab.sim.nvml import SimulatedNvml
-from gpuprov_lab.sim.state import StateError, load
-
-__all__ = ["SimulatedNvml", "StateError", "install"]
-
-
-def install(path: str) -> SimulatedNvml:
-    """Make pynvml use the simulated driver in state file ``path``; returns the library object.
-
-    Sets ``pynvml.nvmlLib`` and empties pynvml's function-pointer cache, so functions looked up
-    earlier (from another library object) are looked up again. A state file that exists but is
-    malformed raises StateError with what is wrong (a missing one is "no driver installed", which
-    ``nvmlInit`` reports as the real library would).
-    """
-    import pynvml
-
-    if os.path.exists(path):
-        load(path)
-    lib = SimulatedNvml(path)
-    with pynvml.libLoadLock:
-        pynvml.nvmlLib = lib
-        pynvml._nvmlGetFunctionPointer_cache.clear()
-    return lib

@@ -1,7 +1,9 @@
 """The simulated driver's state file (schema ``gpuprov.sim/v1``): what the "hardware" holds.
 
-Every process that touches the simulated GPUs (the probe, the applier, ``nvidia-smi``, the lab's
-boot unit) reads and writes the same JSON file. A change is a read-modify-write under an exclusive
+The simulated ``libnvidia-ml.so.1`` (``gpuprov_lab.sim.libnvml``) reads and changes this file
+with the driver's rules; this module is its format only, for the lab and the tests that make a
+host or change its hardware directly (the same UUIDs and bus ids as the library's
+``gpuprovSimCreate``, the same lock as its writers). A change is a read-modify-write under an exclusive
 ``flock`` on a sidecar ``<state>.lock`` file, and the new text replaces the old with ``os.replace``,
 so concurrent processes neither lose updates nor ever see a half-written file.
 
@@ -10,7 +12,7 @@ so concurrent processes neither lose updates nor ever see a half-written file.
 >>> write_new(path, new_state("A100-80GB", 2, seed="lab-1"))
 >>> with transaction(path) as state:
 ...     state["gpus"][0]["mig_pending"] = True
->>> reboot(load(path))["gpus"][0]["mig_current"]
+>>> load(path)["gpus"][0]["mig_pending"]
 True
 """
 
@@ -22,15 +24,13 @@ import fcntl
 import json
 import os
 import re
-import shutil
-import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from gpuprov.core import catalog
-from gpuprov.host.contract import SIM_SCHEMA
+from gpuprov_lab.sim.contract import SIM_SCHEMA
 
 DEFAULT_DRIVER_VERSION = "535.261.03"
 _UUID_NAMESPACE = uuid.UUID("5a1c0d3e-6f0b-4c8e-9a43-6770757072f6")
@@ -320,65 +320,3 @@ def _replace(path: str, state: State) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-
-
-def reboot(state: State) -> State:
-    """Apply a host reboot: pending MIG mode becomes current, every GI and CI is gone.
-
-    MIG mode survives a reboot, MIG devices do not (NVIDIA MIG User Guide,
-    https://docs.nvidia.com/datacenter/tesla/mig-user-guide/; k8s-device-plugin
-    #225). Processes do not survive either, so ``busy`` clears; systemd units in ``held_by``
-    start again at boot and keep holding the GPU.
-    """
-    for gpu in state["gpus"]:
-        _reset(gpu)
-        gpu["busy"] = False
-        if "health" in gpu:
-            # A driver reload retires the pending pages (dynamic page retirement docs: "reload
-            # the driver to activate").
-            gpu["health"]["retired_pages"]["pending"] = False
-    return state
-
-
-def reset_gpu(state: State, index: int) -> str | None:
-    """Reset GPU ``index`` like ``nvidia-smi -r``; the reason it is refused, or None when done.
-
-    A reset is refused while any client holds the GPU (NVIDIA MIG User Guide: "Any driver client
-    blocks the
-    reset"); on success the pending MIG mode becomes current and all instances are gone.
-    """
-    gpu = state["gpus"][index]
-    if holders(gpu):
-        return "In use by another client"
-    _reset(gpu)
-    return None
-
-
-def holders(gpu: dict[str, Any]) -> list[str]:
-    """Who holds ``gpu`` open now: ``"process"`` when busy, plus each active ``held_by`` unit."""
-    found = ["process"] if gpu.get("busy") else []
-    return found + [unit for unit in gpu.get("held_by", []) if unit_active(unit)]
-
-
-def unit_active(unit: str) -> bool:
-    """Is systemd unit ``unit`` active? Without a running systemd, a listed unit counts as active.
-
-    The fallback keeps the rule deterministic in containers and on CI machines without systemd:
-    listing a unit in ``held_by`` then simply means "held".
-    """
-    if not os.path.isdir("/run/systemd/system") or shutil.which("systemctl") is None:
-        return True
-    result = subprocess.run(["systemctl", "is-active", "--quiet", unit], check=False)
-    return result.returncode == 0
-
-
-def _reset(gpu: dict[str, Any]) -> None:
-    """What a GPU reset does: pending MIG mode current, instances gone, pending row remappings
-    active ("A reset will be required to actually remap the row", nvmlDeviceGetRemappedRows
-    docs), volatile ECC counts cleared."""
-    gpu["mig_current"] = gpu["mig_pending"]
-    gpu["gpu_instances"] = []
-    if "health" in gpu:
-        gpu["health"]["remapped_rows"]["pending"] = False
-        for counts in gpu["health"]["ecc"].values():
-            counts["volatile"] = 0

@@ -1,5 +1,6 @@
-/* The gpuprovSim* API (gpuprov_sim.h): the rules of lab/gpuprov_lab/sim/admin.py, state.py and
- * kernel_log.py, over the same state file and the same kernel log. */
+/* The gpuprovSim* API (gpuprov_sim.h): what the hardware does outside NVML (create a host, load
+ * the driver, reset, reboot, faults, XIDs in the kernel log), over the state file whose format
+ * lab/gpuprov_lab/sim/state.py writes and the kernel log gpuprov/host/health/kernel_log.py reads. */
 #include "gpuprov_sim.h"
 
 #include <errno.h>
@@ -190,7 +191,7 @@ GPUPROV_SIM_API int gpuprovSimSetDriver(const char *path, const char *version, i
     return transact(resolve(path), change_driver, &d);
 }
 
-/* -- the kernel log (kernel_log.py): /dev/kmsg records beside the state file ----------------- */
+/* -- the kernel log: /dev/kmsg records beside the state file ------------------------------- */
 
 static int kernel_log_path(const char *state, char *out, size_t size)
 {

@@ -1,6 +1,6 @@
 /* gpuprov-sim: set up and steer a simulated host's GPUs (the lab's "hardware" switches), a thin
  * program over the gpuprovSim* API of the simulated libnvidia-ml.so.1 (gpuprov_sim.h). The
- * subcommands are lab/gpuprov_lab/sim/admin.py's; the state file is --state PATH, else
+ * state file is --state PATH, else
  * $GPUPROV_NVML_SIM, else the lab default.
  *
  *   gpuprov-sim init --model A100-80GB --count 8 --seed gpu-node-1 [--mig 0 ...]

@@ -8,7 +8,7 @@
  *   nvidia-smi mig -cgi 9:4,14 -C -i 0
  *   nvidia-smi mig -lgi | -lci | -lgip | -lgipp | -dci [-ci IDS] | -dgi [-gi IDS]
  *
- * Output follows the real tool's shapes, as lab/gpuprov_lab/sim/smi.py documents with its sources (-L:
+ * Output follows the real tool's shapes, with the source for each (-L:
  * DataDog/datadog-agent#33120; -lgip: NVIDIA/mig-parted#97, #187; -lgipp: the NVIDIA H100 NVL
  * MIG blog; -lgi: NVIDIA/DCGM#138; -lci, -dci, -dgi: NVIDIA/go-nvml#146; -cgi, -cci:
  * rapidsai/dask-cuda#583; -mig: NVIDIA/gpu-operator#118; -r: NVIDIA/NVSentinel#1690,
@@ -54,7 +54,7 @@ struct options {
     int default_compute_instance;
 };
 
-/* -- the command line (argparse's rules as smi.py uses them) -------------------------------- */
+/* -- the command line (argparse's rules) -------------------------------------------------- */
 
 static int usage_error(const char *format, const char *a, const char *b)
 {
@@ -178,7 +178,7 @@ static int exit_code(int rc)
     }
 }
 
-/* An NVML error the command does not handle itself ends it, as in smi.py's _run. */
+/* An NVML error the command does not handle itself ends it. */
 static int failed(int rc)
 {
     printf("Failed to complete the command: %s\n", nvmlErrorString(rc));
@@ -192,7 +192,7 @@ static int failed(int rc)
             return failed(rc_);         \
     } while (0)
 
-/* Stop with `message` on stdout and exit code `code` (smi.py SmiError). */
+/* Stop with `message` on stdout and exit code `code`. */
 static int stop(int code, const char *message)
 {
     printf("%s\n", message);

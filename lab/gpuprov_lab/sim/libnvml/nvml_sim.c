@@ -1,10 +1,10 @@
 /* A simulated libnvidia-ml.so.1: NVML's C ABI answered from the simulated driver's state file.
  *
- * The rules are those of the Python simulator (lab/gpuprov_lab/sim/nvml.py), call for call: the same
- * handles, names, UUIDs, MIG devices, error codes and precedence, for reading and for changing
- * the GPUs (MIG mode, GPU and compute instances at exact placements), faults included. Data comes
- * from gpuprov itself: build.py generates sim_data.h from the catalog, pynvml and
- * gpuprov_lab.sim.nvml, and tests/test_libnvml_parity.py proves the answers equal. The event API
+ * It is the one simulated driver: every NVML client (pynvml under gpuprov, NVIDIA's device plugin,
+ * nvidia-smi) loads it by name, as it loads the real one. It serves handles, names, UUIDs, MIG
+ * devices, error codes and their precedence, for reading and for changing the GPUs (MIG mode, GPU
+ * and compute instances at exact placements), faults included (tests/test_nvml_sim_rules.py).
+ * Data comes from gpuprov itself: build.py generates sim_data.h from the catalog and pynvml. The event API
  * delivers the XIDs that `gpuprov-sim inject xid` raises (events.h). Every other NVML function a
  * consumer may link returns NVML_ERROR_NOT_SUPPORTED (unsupported.h): a program that dlopens
  * this library never finds a symbol missing. What hardware does outside NVML (a host's GPUs,
@@ -81,7 +81,7 @@ static int changes_state(const char *function)
     return 0;
 }
 
-/* One served call (gpuprov_lab.sim.nvml SimulatedNvml._call and _Driver.run): the state it reads,
+/* One served call: the state it reads,
  * the lock it holds, and whether a fault on its function still counts successes. */
 struct frame {
     const char *function; /* the name the Python simulator and faults know it by */
@@ -696,9 +696,8 @@ static int possible_placements(struct sim_state *s, uintptr_t device, unsigned i
     return NVML_SUCCESS;
 }
 
-/* The placements of profile `p` a new GI could take now, lowest start first, into `out`
- * (gpuprov_lab.sim.nvml._free_placements): none when the profile is at its maximum count or the
- * compute slices are spent, else the profile's placements that overlap no existing GI ("Creation
+/* The placements of profile `p` a new GI could take now, lowest start first, into `out`: none
+ * when the profile is at its maximum count or the compute slices are spent, else the profile's placements that overlap no existing GI ("Creation
  * of new GPU instance will fail if there is overlap with the already occupied memory slices",
  * NVML docs). *used gets the compute slices in use, *same the GIs of this profile; -1 when a GI
  * has a profile the model lacks. */
@@ -1039,7 +1038,7 @@ static int device_attributes(struct sim_state *s, uintptr_t device, nvmlDeviceAt
     return NVML_SUCCESS;
 }
 
-/* -- health: ECC counts, row remapping, retired pages (gpuprov_lab.sim.nvml, "health") ---------- */
+/* -- health: ECC counts, row remapping, retired pages ---------------------------------------------- */
 
 static int ecc_count(struct sim_state *s, uintptr_t device, int type, int counter,
                      unsigned long long *out)
@@ -1146,7 +1145,7 @@ static int retired_pages(struct sim_state *s, uintptr_t device, int cause, unsig
     return NVML_SUCCESS;
 }
 
-/* -- changes: MIG mode, GPU and compute instances (gpuprov_lab.sim.nvml, call for call) ---------- */
+/* -- changes: MIG mode, GPU and compute instances ---------------------------------------- */
 
 /* Only the pending mode changes; it becomes current at a GPU reset or a reboot. The activation
  * status says why it is not current yet: IN_USE while a client holds the GPU, RESET_REQUIRED
@@ -1268,7 +1267,7 @@ static int destroy_gpu_instance(struct sim_state *s, uintptr_t instance)
 }
 
 /* A CI of `constant` at the lowest free start of its size inside the GI, with the lowest free
- * id (gpuprov_lab.sim.nvml nvmlGpuInstanceCreateComputeInstance). */
+ * id. */
 static int create_compute_instance(struct sim_state *s, uintptr_t instance, unsigned constant,
                                    uintptr_t *out)
 {

@@ -697,7 +697,7 @@ static int on_path(const char *program)
     return 0;
 }
 
-/* gpuprov_lab.sim.state.unit_active: without a running systemd a listed unit counts as active, so
+/* Without a running systemd a listed unit counts as active, so
  * the rule is the same in containers and on CI machines without systemd. */
 static int unit_active(const char *unit)
 {

@@ -104,10 +104,10 @@ void state_unlock(int lock);
 int state_driver_version_valid(const char *text);
 /* Whether fault `f` has fired: it has let its `successes` calls through. */
 int fault_fired(const struct sim_fault *f);
-/* A GPU reset's effect (gpuprov_lab.sim.state._reset): pending MIG mode current, instances gone,
+/* A GPU reset's effect: pending MIG mode current, instances gone,
  * pending row remappings active, volatile ECC counts cleared. */
 void state_reset_gpu(struct sim_gpu *gpu);
-/* A host reboot's effect (gpuprov_lab.sim.state.reboot): every GPU reset, processes gone, pending
+/* A host reboot's effect: every GPU reset, processes gone, pending
  * retired pages retired. */
 void state_reboot(struct sim_state *state);
 /* Who holds `gpu` open: 1 when busy or an active systemd unit in held_by; the first holder's
