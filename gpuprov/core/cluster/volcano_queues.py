@@ -3,8 +3,9 @@ configuration they assume, with Volcano's queue rules checked before anything is
 
 Volcano has no pools: a queue's resources count over the whole cluster, so each team's shares
 of all pools add up per resource name. ``deserved`` is the team's quota, ``guarantee`` its
-guarantee, ``capability`` what it may reach: the quota without a cohort (no borrowing), quota +
-``borrowing_limit`` with one, else the pools' whole capacity; never above its parent's.
+guarantee, ``capability`` what it may reach: the quota without a cohort (no borrowing); with
+one, quota + ``borrowing_limit`` where it sets one, else the pools' whole capacity; never above
+its parent's.
 The scheduler runs the ``capacity`` plugin (``deserved``; nested teams need its
 ``enableHierarchy``) or ``proportion`` (``weight``); Volcano forbids both (its capacity plugin
 guide; reference/scheduling.md 1.4).
@@ -191,10 +192,11 @@ def _capability(plan: QueuePlan, queue: Queue) -> dict[str, int]:
     whole = _flat({p.name: p.capacity for p in plan.pools})
     if queue.cohort is None:
         return deserved
-    if queue.borrowing_limit is None:
-        return {r: whole[r] for r in deserved}
-    borrow = _flat(queue.borrowing_limit)
-    return {r: min(n + borrow.get(r, 0), whole[r]) for r, n in deserved.items()}
+    # As Kueue's: a resource without a borrowing limit borrows without one.
+    borrow = _flat(queue.borrowing_limit or {})
+    return {
+        r: min(n + borrow[r], whole[r]) if r in borrow else whole[r] for r, n in deserved.items()
+    }
 
 
 def _queue(queue: Queue, capability: dict[str, int]) -> dict[str, Any]:
