@@ -38,3 +38,20 @@ def apply(inventory: str, kubeconfig: Path, scheduler: str):
     return CliRunner().invoke(
         main, ["kube", "apply", inventory, "--kubeconfig", str(kubeconfig), "--queues", scheduler]
     )
+
+
+def verify(inventory: str, kubeconfig: Path):
+    """``gpuprov verify --cluster-only --format json``: the nodes and queues as the API server
+    shows them."""
+    return CliRunner().invoke(
+        main,
+        [
+            "verify",
+            inventory,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--cluster-only",
+            "--format",
+            "json",
+        ],
+    )

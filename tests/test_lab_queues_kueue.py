@@ -5,13 +5,14 @@ it server-side: others' fields stay, a second apply changes nothing."""
 
 from __future__ import annotations
 
+import json
 import time
 
+import kube_cluster
 import lab_consumers
 import pytest
 from gpuprov_lab import kueue
-from kube_cluster import control_plane
-from lab_queue_inventories import INVENTORIES, apply, lab_inventory_readable, rendered
+from lab_queue_inventories import INVENTORIES, apply, lab_inventory_readable, rendered, verify
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,7 @@ def cluster(tmp_path_factory):
     lab_consumers.require_built(kueue)
     with pytest.MonkeyPatch.context() as patch:
         lab_inventory_readable(patch, tmp_path_factory.mktemp("lab-run"))
-        plane = control_plane()
+        plane = kube_cluster.control_plane()
         handle = None
         try:
             handle = kueue.start(
@@ -84,3 +85,37 @@ def test_the_lab_inventory_applies_keeping_others_fields_and_a_second_apply_chan
     labels = lab_consumers.get(cluster, "clusterqueue", "team-a")["metadata"]["labels"]
     assert labels["example.com/owner"] == "ops"
     assert labels["app.kubernetes.io/managed-by"] == "gpuprov"
+
+
+def test_verify_names_the_queue_whose_quota_a_regrouped_node_left_above_capacity(cluster):
+    # The lab's hosts as the API server shows them (inventories/lab.py's plan).
+    mig = {"nvidia.com/mig-1g.10gb": "16", "nvidia.com/mig-2g.20gb": "8"}
+    for name, pool, allocatable in (
+        ("lab-a100-01", "shared", {"nvidia.com/gpu.shared": "32"}),
+        ("lab-h100-01", "mig", {**mig, "nvidia.com/mig-3g.40gb": "8"}),
+        ("lab-h200-01", "whole_card", {"nvidia.com/gpu": "4"}),
+    ):
+        kube_cluster.node(cluster, name, {**allocatable, "pods": "110"})
+        assert cluster.kubectl("label", "node", name, f"gpuprov.io/pool={pool}").returncode == 0
+    label = ["label", "node", "lab-a100-01", "--overwrite"]
+    assert queue_findings(verify(INVENTORIES[1], cluster.admin_kubeconfig)) == {}
+    # Moved to whole_card: the shared flavor selects no node, its quotas stay.
+    assert cluster.kubectl(*label, "gpuprov.io/pool=whole_card").returncode == 0
+    result = verify(INVENTORIES[1], cluster.admin_kubeconfig)
+    assert result.exit_code == 1, result.output
+    found = queue_findings(result)
+    assert sorted(found) == ["queue team-a", "queue team-b"]
+    (finding,) = found["queue team-a"]
+    assert finding["check"] == "kube-queues"
+    assert finding["expected"] == (
+        "pool (flavor) shared: nvidia.com/gpu.shared quota within the live capacity"
+    )
+    assert finding["found"] == (
+        "nvidia.com/gpu.shared: quota 16, the ClusterQueues' quotas sum to 32 (team-a 16, "
+        "team-b 16); live capacity 0 on 0 schedulable nodes with gpuprov.io/pool=shared"
+    )
+
+
+def queue_findings(result) -> dict[str, list[dict]]:
+    report = json.loads(result.stdout)
+    return {h["name"]: h["findings"] for h in report["hosts"] if h["name"].startswith("queue ")}
