@@ -3,6 +3,7 @@ Helm values), rendered as files or applied with kubectl."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import click
@@ -13,6 +14,7 @@ from gpuprov.cli.plan import limit_option, load_plan
 from gpuprov.controller.kube.kubectl import Kubectl, KubectlError
 from gpuprov.core.cluster import manifests
 from gpuprov.core.cluster.nodes import node_change
+from gpuprov.core.cluster.queue_files import QUEUE_SCHEDULERS, queue_files
 from gpuprov.core.errors import InputError, Problem, shown
 from gpuprov.core.kube_names import label_problem
 from gpuprov.host.contract import EXIT_DRIFT, VGPU_NAMESPACE
@@ -40,6 +42,13 @@ mig_manager_option = click.option(
 )
 
 
+queues_option = click.option(
+    "--queues",
+    type=click.Choice(QUEUE_SCHEDULERS),
+    help="Also the teams' queues of kube_queues for this scheduler (docs/kubernetes.md#queues).",
+)
+
+
 @click.group()
 def kube() -> None:
     """Kubernetes objects from the plan: device plugin configs, pool labels and taints."""
@@ -52,6 +61,7 @@ def _render(
     mig_manager: str,
     vgpu_namespace: str = VGPU_NAMESPACE,
     node_problem_detector: bool = False,
+    queues: str | None = None,
 ) -> manifests.Rendered:
     """The whole inventory's manifests (the ConfigMaps serve every node), ``--limit`` choosing
     the nodes."""
@@ -64,11 +74,15 @@ def _render(
                 for o, why in bad
             ]
         )
-    _, cluster = load_plan(inventory, ())
+    loaded, cluster = load_plan(inventory, ())
     only = {h.name for h in load_plan(inventory, limit)[1].hosts} if limit else None
     rendered = manifests.render(
         cluster, namespace, mig_manager, only, vgpu_namespace, node_problem_detector
     )
+    if queues:
+        rendered = dataclasses.replace(
+            rendered, files={**rendered.files, **queue_files(loaded, cluster, queues)}
+        )
     _warn(rendered)
     return rendered
 
@@ -95,6 +109,7 @@ def _warn(rendered: manifests.Rendered) -> None:
     help="Also render a Node Problem Detector config that sets a node condition on a "
     "critical GPU XID (health_critical_xids; docs/health.md).",
 )
+@queues_option
 @bad_input
 def render(
     inventory: str,
@@ -104,10 +119,11 @@ def render(
     mig_manager: str,
     limit: tuple[str, ...],
     node_problem_detector: bool,
+    queues: str | None,
 ) -> None:
     """Render INVENTORY's manifests and Helm values (docs/kubernetes.md, docs/vgpu.md)."""
     rendered = _render(
-        inventory, limit, namespace, mig_manager, vgpu_namespace, node_problem_detector
+        inventory, limit, namespace, mig_manager, vgpu_namespace, node_problem_detector, queues
     )
     if out is None:
         click.echo(rendered.stream(), nl=False)
@@ -124,6 +140,7 @@ def render(
 @vgpu_namespace_option
 @mig_manager_option
 @limit_option
+@queues_option
 @bad_input
 def apply(
     inventory: str,
@@ -133,16 +150,19 @@ def apply(
     vgpu_namespace: str,
     mig_manager: str,
     limit: tuple[str, ...],
+    queues: str | None,
 ) -> None:
     """Apply INVENTORY's ConfigMaps, node labels and taints.
 
     ConfigMaps by kubectl server-side apply; each node that differs gets one JSON patch. Only
     gpuprov's own labels and taints change; other labels and taints stay. Exit 0 done, 1 the
-    cluster refused or could not be reached, 2 bad input (touching nothing).
+    cluster refused or could not be reached, 2 bad input (touching nothing). With --queues,
+    the teams' queue objects too (server-side: fields others set stay); the scheduler's CRDs
+    must be installed.
     """
     client = Kubectl(kubeconfig)
     client.check_kubeconfig()
-    rendered = _render(inventory, limit, namespace, mig_manager, vgpu_namespace)
+    rendered = _render(inventory, limit, namespace, mig_manager, vgpu_namespace, queues=queues)
     try:
         nodes = client.nodes()
         present = [n for n in rendered.nodes if n.name in nodes]
@@ -152,7 +172,7 @@ def apply(
                     f"warning: node {node.name} (host {node.host}) is not in the cluster: skipped",
                     err=True,
                 )
-        stream = manifests.dump(rendered.config_maps())
+        stream = manifests.dump(rendered.config_maps() + rendered.queue_objects())
         changes = [c for n in present if (c := node_change(n, nodes[n.name])) is not None]
         if dry_run:
             click.echo(client.diff(stream), nl=False)

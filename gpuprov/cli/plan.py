@@ -9,6 +9,7 @@ import click
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
 from gpuprov.controller import inventory as inventory_
 from gpuprov.core import plan as plan_
+from gpuprov.core.cluster.queues import plan_queues
 from gpuprov.core.errors import InputError, Problem
 
 limit_option = click.option(
@@ -31,7 +32,8 @@ def load_plan(
     inventory_path: str, limit: tuple[str, ...], strict: bool = False
 ) -> tuple[inventory_.LoadedInventory, plan_.ClusterPlan]:
     """Load and plan ``inventory_path``; ``limit`` patterns match host names or groups;
-    ``strict`` makes every key outside gpuprov's registry an error."""
+    ``strict`` makes every key outside gpuprov's registry an error. Without ``limit`` the
+    teams' queues (``kube_queues``) are checked against the pools too."""
     loaded = inventory_.load(inventory_path)
     selected = None
     if limit:
@@ -44,7 +46,11 @@ def load_plan(
             raise InputError(
                 [Problem(inventory_path, f"--limit {' '.join(limit)} matches no host")]
             )
-    return loaded, plan_.build(loaded, selected, strict=strict)
+    cluster = plan_.build(loaded, selected, strict=strict)
+    if selected is None:
+        # The teams share the whole cluster: a limited plan has only part of its capacity.
+        plan_queues(loaded, cluster)
+    return loaded, cluster
 
 
 @click.command()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuprov.core import kube_names
+from gpuprov.core import kube_names, queues
 from gpuprov.core.errors import has_control, shown
 from gpuprov.core.memory_budget import BUDGET_MIN_MIB, MIB_PER_GIB, budget_mib
 from gpuprov.core.packaging.profiles import driver_version, profiles
@@ -773,6 +773,42 @@ _VARIABLES += [
         "Node taints gpuprov owns, `KEY[=VALUE]:EFFECT`, one per key and effect (as Kubernetes "
         "allows): pods need a matching toleration to land on the pool. `[]` for none.",
         _node_taints,
+    ),
+]
+
+
+def _teams(value: Any) -> dict[str, Any]:
+    queues.teams(value)
+    return value
+
+
+# --- Queues (`gpuprov kube render --queues kueue|volcano`; docs/kubernetes.md#queues). Set once,
+# in the inventory's top group (`all` or the group named after the inventory file): the teams
+# share the whole cluster's pools. gpuprov.core.queues checks the shape, the planner the pools.
+_VARIABLES += [
+    Variable(
+        "kube_queues",
+        {},
+        "Teams and their share of each pool: team -> `{quota: {POOL: SHARE}, cohort, "
+        "borrowing_limit, lending_limit, guarantee, parent, namespaces, weight, priority}`; "
+        "SHARE is a count (integer), a fraction of the pool (0.0 to 1.0), or "
+        "`{RESOURCE: count or fraction}`. Top group only; docs/kubernetes.md#queues.",
+        _teams,
+    ),
+    Variable(
+        "kube_queues_overcommit",
+        {},
+        "Pool -> how many times its capacity the teams' quotas may sum to (1 to 100); "
+        "without it a pool's quotas must fit its capacity. Top group only.",
+        queues.overcommit,
+    ),
+    Variable(
+        "kube_queues_volcano_plugin",
+        "capacity",
+        "Volcano's queue plugin the rendered scheduler configuration enables: `capacity` "
+        "(each queue's `deserved`; nested teams) or `proportion` (weights); never both. "
+        "Top group only.",
+        _choice(*queues.VOLCANO_PLUGINS),
     ),
 ]
 

@@ -33,3 +33,10 @@ kubeconfig = lab.kubeconfig()
 # What the kubelet registered from the device plugin is checked on each host by `gpuprov verify`;
 # with `gpuprov lab up --no-kube` no kubelet runs, so there is nothing to check.
 verify_kubelet_devices = lab.kubeconfig() is not None
+
+# Two teams share the lab's pools through one Kueue cohort (or Volcano's capacity plugin): the
+# queue tests' team-a and team-b (docs/kubernetes.md#queues).
+kube_queues = {
+    "team-a": {"quota": {"shared": 0.5, "whole_card": 0.5}, "cohort": "gpus"},
+    "team-b": {"quota": {"shared": 0.5, "mig": 1.0, "whole_card": 0.5}, "cohort": "gpus"},
+}

@@ -14,8 +14,9 @@ from __future__ import annotations
 import sys
 
 from gpuprov.controller.kube.kubectl import Kubectl, KubectlError
-from gpuprov.core.cluster import health_cordon, manifests
+from gpuprov.core.cluster import health_cordon, manifests, queue_capacity
 from gpuprov.core.cluster.compare import api_unreachable, compare_nodes
+from gpuprov.core.cluster.kueue import QUEUE_OWNER, QUEUE_OWNER_LABEL
 from gpuprov.core.findings import Finding
 from gpuprov.core.plan import ClusterPlan
 
@@ -44,6 +45,26 @@ class ClusterCheck:
             return api_unreachable(self.plans, str(e))
         return compare_nodes(self.plans, self.wanted, self.nodes)
 
+    def queue_findings(self, nodes: dict[str, dict]) -> dict[str, list[Finding]]:
+        """``queue NAME`` -> findings for gpuprov's live Kueue and Volcano queues whose quota
+        is above the live capacity of ``nodes`` (gpuprov.core.cluster.queue_capacity); none
+        where the scheduler's CRDs are not installed."""
+        owned = f"{QUEUE_OWNER_LABEL}={QUEUE_OWNER}"
+        out: dict[str, list[Finding]] = {}
+        try:
+            queues = self.client.labelled("clusterqueues.kueue.x-k8s.io", owned)
+            if queues:
+                flavors = self.client.labelled("resourceflavors.kueue.x-k8s.io", owned) or []
+                out.update(queue_capacity.kueue_findings(queues, flavors, nodes))
+            volcano = self.client.labelled("queues.scheduling.volcano.sh", owned)
+            for name, found in queue_capacity.volcano_findings(volcano or [], nodes).items():
+                out.setdefault(name, []).extend(found)
+        except KubectlError as e:
+            # The nodes were listed: this is a kubeconfig without the queues' permissions
+            # (docs/kubernetes.md lists the RBAC verify needs), not a drift of the cluster.
+            print(f"verify: queues not checked: {e}", file=sys.stderr, flush=True)
+        return out
+
     def add_to(self, results: dict[str, list[Finding]], cordon_unhealthy: bool = False) -> None:
         """Append each host's cluster findings to its findings in ``results``, then say which
         nodes should be cordoned for an unhealthy GPU (``health_cordon``); with
@@ -56,6 +77,7 @@ class ClusterCheck:
             results.setdefault(host, []).extend(found)
         if self.nodes is None:
             return
+        results.update(self.queue_findings(self.nodes))
         by_host = {w.host: w for w in self.wanted}
         schedulable = health_cordon.to_cordon(sick, self.wanted, self.nodes)
         for host in sick:

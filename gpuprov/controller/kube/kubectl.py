@@ -135,6 +135,20 @@ class Kubectl:
                 raise KubectlError("listing nodes: the API server repeated a continue token")
             seen.add(token)
 
+    def labelled(self, resource: str, selector: str) -> list[dict[str, Any]] | None:
+        """The objects of ``resource`` (``clusterqueues.kueue.x-k8s.io``) carrying the label
+        ``selector``, or None when the API server does not serve that resource (its CRD is not
+        installed)."""
+        result = self.run("get", resource, "-l", selector, "-o", "json")
+        if result.returncode != 0:
+            if "the server doesn't have a resource type" in result.stderr:
+                return None
+            raise KubectlError(f"listing {resource} failed: {explain(result.stderr)}")
+        try:
+            return list(json.loads(result.stdout)["items"])
+        except (ValueError, KeyError, TypeError):
+            raise KubectlError(f"listing {resource}: not a list: {result.stdout[:200]!r}") from None
+
     def cordon(self, name: str) -> None:
         """Mark node ``name`` unschedulable (``kubectl cordon``: spec.unschedulable only)."""
         self._ok(f"cordoning node {name}", "cordon", name)

@@ -41,6 +41,9 @@ from gpuprov.host.contract import (
     VGPU_NAMESPACE,
 )
 
+# gpuprov.core.cluster.queue_files' files, in the order they apply (CRD objects after the
+# namespaces they live in).
+QUEUE_FILES = ("kueue-queues.yaml", "volcano-queues.yaml", "volcano-scheduler-configmap.yaml")
 MIG_MANAGERS = ("gpuprov", "operator")  # who applies MIG: gpuprov's agent or the GPU Operator
 DEFAULT_NAMESPACE = "nvidia-device-plugin"  # the device plugin chart's usual namespace
 
@@ -91,6 +94,10 @@ class Rendered:
         out = list(self.files["device-plugin-configmap.yaml"][1])
         out += self.files.get("vgpu-node-configmaps.yaml", ("", []))[1]
         return out + self.files.get("mig-parted-configmap.yaml", ("", []))[1]
+
+    def queue_objects(self) -> list[dict[str, Any]]:
+        """The queue objects of ``--queues`` (gpuprov.core.cluster.queue_files), if any."""
+        return [d for name in QUEUE_FILES if name in self.files for d in self.files[name][1]]
 
     def stream(self) -> str:
         """Every file as one multi-document YAML stream, each document headed by its file."""
