@@ -66,7 +66,7 @@ def main() -> int:
                     f"{result['cli_median_s']:.2f}",
                     f"{result['cli_per_host_us']:.0f}",
                 ],
-                ["  of which: pyinfra inventory load", f"{result['load_median_s']:.2f}", ""],
+                ["  of which: inventory load", f"{result['load_median_s']:.2f}", ""],
                 [
                     "  of which: plan build",
                     f"{result['plan_median_s']:.2f}",

@@ -11,6 +11,16 @@ from pathlib import Path
 from gpuprov.host import contract
 
 ROOT = Path(__file__).resolve().parents[1]
+# Templates and shell scripts: they cannot import the contract, so what they need of it is
+# handed to them (template variables, arguments, environment).
+TEXTS = sorted(
+    {
+        p
+        for top in ("templates", "gpuprov", "lab", "deploys", "bench")
+        for pattern in ("*.j2", "*.sh")
+        for p in (ROOT / top).rglob(pattern)
+    }
+)
 CODE = [
     p
     for top in ("gpuprov", "lab", "deploys", "bench")
@@ -37,6 +47,8 @@ def contract_literals() -> dict[str, str]:
             out[value] = name
         elif name.isupper() and isinstance(value, dict):
             out.update({v: name for v in value.values() if isinstance(v, str) and "." in v})
+        elif name.isupper() and isinstance(value, tuple | list | frozenset):
+            out.update({v: name for v in value if isinstance(v, str) and _DISTINCT.search(v)})
     return out
 
 
@@ -50,6 +62,22 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return ids
 
 
+def _spelled(value: str) -> re.Pattern[str]:
+    # As a whole token: `nvidia-container-runtime-hook` is not the runtime's path.
+    return re.compile(re.escape(value) + r"(?![\w.-])")
+
+
+def text_uses(path: Path, literals: dict[str, str], root: Path = ROOT) -> list[str]:
+    """Each line of a template or shell script that spells out a contract literal."""
+    path = root / path
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        for value, name in literals.items():
+            if _spelled(value).search(line):
+                found.append(f"{path.relative_to(root)}:{number}: {value!r} ({name})")
+    return found
+
+
 def literal_uses(path: Path, literals: dict[str, str]) -> list[str]:
     tree = ast.parse(path.read_text(), str(path))
     skip = _docstrings(tree)
@@ -57,8 +85,7 @@ def literal_uses(path: Path, literals: dict[str, str]) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
             for value, name in literals.items():
-                # As a whole token: `nvidia-container-runtime-hook` is not the runtime's path.
-                if re.search(re.escape(value) + r"(?![\w.-])", node.value):
+                if _spelled(value).search(node.value):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {value!r} ({name})")
     return found
 
@@ -89,4 +116,27 @@ def test_a_contract_literal_outside_the_contract_is_found(tmp_path):
 def test_host_paths_schemas_and_names_appear_only_in_the_contract_module():
     literals = contract_literals()
     found = [use for path in CODE for use in literal_uses(path, literals)]
+    assert found == []
+
+
+def test_the_contract_tracks_its_tuple_constants():
+    literals = contract_literals()
+    assert literals["dcgm-exporter.service"] == "GPU_CLIENT_UNITS"
+
+
+def test_templates_and_shell_scripts_are_searched():
+    assert ROOT / "templates" / "gpuprov-mig.service.j2" in TEXTS
+    assert ROOT / "lab" / "gpuprov_lab" / "base.sh" in TEXTS
+
+
+def test_a_contract_literal_in_a_template_is_found(tmp_path):
+    rogue = tmp_path / "rogue.service.j2"
+    rogue.write_text("[Unit]\nAfter=nvidia-persistenced.service\nBefore={{ kubelet }}\n")
+    found = text_uses(rogue.relative_to(tmp_path), contract_literals(), root=tmp_path)
+    assert found == ["rogue.service.j2:2: 'nvidia-persistenced.service' (PERSISTENCED_UNIT)"]
+
+
+def test_host_paths_and_names_appear_in_no_template_or_shell_script():
+    literals = contract_literals()
+    found = [use for path in TEXTS for use in text_uses(path, literals)]
     assert found == []

@@ -107,7 +107,7 @@ def test_any_inventory_plans_or_is_refused_never_a_traceback(assignments, group_
 
 
 VALID = textwrap.dedent("""\
-    whole_card = ["n1", ("n2", {"drain_timeout": 60})]
+    whole_card = ["n1", ("n2", {"drain_timeout": "60s"})]
     mig = (["n3"], {"gpu_model": "A100-80GB", "gpu_count": 2,
                     "mig_layout": {"3g.40gb": 1, "4g.40gb": 1}})
     """)

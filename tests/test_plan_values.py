@@ -39,7 +39,7 @@ def assert_refused(result, *fragments):
         ("whole_card", "kubelet_max_pods", 2**31, "must be an integer <= 2147483647"),
         ("whole_card", "kubelet_max_pods", 0, "must be an integer >= 1, got 0"),
         ("shared", "time_slicing_replicas", 10**6, "must be an integer <= 1024"),
-        ("whole_card", "drain_timeout", 10**9, "drain_timeout: must be an integer <= 86400"),
+        ("whole_card", "drain_timeout", "999999s", "drain_timeout: must be from 1s to 86400s"),
         ("mig", "mig_layout", {"1g.10gb": 8}, "count of 1g.10gb must be <= 7"),
         ("mig", "mig_layout_by_gpu", {10**30: {}}, "GPU index must be an integer from 0 to 31"),
     ],
@@ -56,7 +56,7 @@ def test_largest_allowed_values_plan(tmp_path):
                 write_inventory(
                     tmp_path,
                     'shared = (["n1"], {"gpu_model": "T4", "gpu_count": 32, '
-                    '"time_slicing_replicas": 1024, "drain_timeout": 86400})\n',
+                    '"time_slicing_replicas": 1024, "drain_timeout": "86400s"})\n',
                 )
             )
         )

@@ -18,16 +18,19 @@ from __future__ import annotations
 import ast
 import stat
 import traceback
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-from pyinfra.api import Inventory, State
-from pyinfra.context import ctx_inventory, ctx_state
+from typing import TYPE_CHECKING, Any
 
 from gpuprov.core.errors import InputError, Problem, has_control, merged, shown
 from gpuprov.core.inventory_data import InventoryData, InventoryHost
 from gpuprov.host.contract import MODES
+
+if TYPE_CHECKING:
+    from pyinfra.api import Inventory
 
 __all__ = ["InventoryHost", "LoadedInventory", "from_pyinfra", "load"]
 
@@ -38,16 +41,36 @@ SOURCE_MAX_BYTES = 16 * 1024 * 1024
 
 @dataclass(frozen=True)
 class LoadedInventory(InventoryData):
-    """The planner's plain view, plus the pyinfra Inventory that verify connects with."""
+    """The planner's plain view, plus the pyinfra Inventory that verify connects with.
 
-    pyinfra: Inventory = field(compare=False, repr=False)
+    pyinfra (and with it gevent and paramiko) is imported only when that Inventory is asked
+    for: a command that only plans (``plan``, ``kube render``) never needs it."""
+
+    make_pyinfra: Callable[[], Inventory] = field(compare=False, repr=False)
+
+    @cached_property
+    def pyinfra(self) -> Inventory:
+        return self.make_pyinfra()
 
 
 def load(path: str, override_data: dict[str, Any] | None = None) -> LoadedInventory:
-    """Load ``path`` and its ``group_data/`` the way ``pyinfra`` does; InputError if malformed."""
+    """Load ``path`` and its ``group_data/`` the way ``pyinfra`` does; InputError if malformed.
+
+    pyinfra itself is used only where its own code decides the result: a file that imports it
+    runs inside pyinfra's context, as under ``pyinfra``, and a connector host (``@local``,
+    ``@docker/...``) is expanded by pyinfra's connector. Otherwise the hosts' data is pyinfra's
+    waterfall worked out here (``resolved``), and pyinfra is not imported."""
     file = Path(path)
-    with ctx_state.use(State(check_for_changes=False)):
-        namespace = _run(path, _compile(path, inventory=True)[0])
+    code, tree = _compile(path, inventory=True)
+    directory = file.parent / GROUP_DATA_DIR
+    in_pyinfra = _imports_pyinfra(tree) or _group_data_imports_pyinfra(directory)
+    with ExitStack() as context:
+        if in_pyinfra:
+            from pyinfra.api import State
+            from pyinfra.context import ctx_state
+
+            context.enter_context(ctx_state.use(State(check_for_changes=False)))
+        namespace = _run(path, code)
         groups, problems = _groups(path, namespace)
         if problems:
             raise InputError(merged(problems))
@@ -57,15 +80,74 @@ def load(path: str, override_data: dict[str, Any] | None = None) -> LoadedInvent
             all_hosts = list(dict.fromkeys(n for hosts, _ in groups.values() for n, _ in hosts))
         # pyinfra puts every host in a group named after the inventory file too.
         groups.setdefault(file.stem, (list(all_hosts), {}))
-        fake = _pyinfra_inventory(path, (all_hosts, all_data), groups)
-        with ctx_inventory.use(fake):
-            group_data, group_files = _group_data(file.parent / GROUP_DATA_DIR)
+        if in_pyinfra:
+            from pyinfra.context import ctx_inventory
+
+            fake = _pyinfra_inventory(path, (all_hosts, all_data), groups)
+            context.enter_context(ctx_inventory.use(fake))
+        group_data, group_files = _group_data(directory)
     all_data = {**all_data, **group_data.pop("all", {})}
     for name, data in group_data.items():
         hosts, own = groups.get(name, ([], {}))
         groups[name] = (hosts, {**own, **data})
-    inventory = _pyinfra_inventory(path, (all_hosts, all_data), groups, override_data)
-    return from_pyinfra(inventory, path, group_files)
+    if in_pyinfra or any(_name(entry).startswith("@") for entry in all_hosts):
+        inventory = _pyinfra_inventory(path, (all_hosts, all_data), groups, override_data)
+        return from_pyinfra(inventory, path, group_files)
+    hosts, groups_data = resolved((all_hosts, all_data), groups, override_data)
+    return LoadedInventory(
+        path,
+        hosts,
+        groups_data,
+        group_files,
+        lambda: _pyinfra_inventory(path, (all_hosts, all_data), groups, override_data),
+    )
+
+
+def _name(entry: Any) -> str:
+    return entry[0] if isinstance(entry, tuple) else entry
+
+
+def resolved(
+    all_group: tuple[list, dict],
+    groups: dict[str, tuple[list, dict]],
+    override_data: dict[str, Any] | None = None,
+) -> tuple[list[InventoryHost], dict[str, dict[str, Any]]]:
+    """The hosts and group data pyinfra's ``Inventory(all_group, override_data, **groups)``
+    gives, for hosts without a connector (pyinfra 3, ``api/inventory.py``
+    ``make_hosts_and_groups`` and ``api/host.py`` ``HostData``): a host's own data is what its
+    entries in the groups and then in ``all`` give, later entries winning; its data is all's,
+    then each of its groups' in the order the groups were declared, then its own, then the
+    overrides.
+
+    >>> hosts, data = resolved((["a"], {"x": 0}), {"g": ([("a", {"y": 1})], {"x": 2})})
+    >>> hosts[0].groups, hosts[0].data, hosts[0].host_data, sorted(data)
+    (('g',), {'x': 2, 'y': 1}, {'y': 1}, ['all', 'g'])
+    """
+    names, all_data = all_group
+    own: dict[str, dict[str, Any]] = {}
+    member_of: dict[str, list[str]] = {}
+    for group, (entries, _) in groups.items():
+        for entry in entries:
+            name, data = entry if isinstance(entry, tuple) else (entry, {})
+            own.setdefault(name, {}).update(data)
+            member_of.setdefault(name, []).append(group)
+    for entry in names:
+        name, data = entry if isinstance(entry, tuple) else (entry, {})
+        own.setdefault(name, {}).update(data)
+    hosts: dict[str, InventoryHost] = {}
+    filled: dict[str, None] = {}  # groups with a host, in the order pyinfra fills them
+    for name in dict.fromkeys(_name(entry) for entry in names):
+        in_groups = tuple(dict.fromkeys(member_of.get(name, [])))
+        data = dict(all_data)
+        for group in member_of.get(name, []):
+            data.update(groups[group][1])
+        data.update(own[name])
+        data.update(override_data or {})
+        hosts[name] = InventoryHost(name, in_groups, data, dict(own[name]))
+        filled.update(dict.fromkeys(in_groups))
+    group_data = {g: dict(groups[g][1]) for g in filled}
+    group_data["all"] = dict(all_data)
+    return list(hosts.values()), group_data
 
 
 def from_pyinfra(
@@ -90,7 +172,7 @@ def from_pyinfra(
         )
     group_data = {g: dict(inventory.get_group_data(g)) for g in inventory.groups}
     group_data["all"] = dict(inventory.get_data())
-    return LoadedInventory(path, hosts, group_data, group_files, inventory)
+    return LoadedInventory(path, hosts, group_data, group_files, lambda: inventory)
 
 
 def _compile(path: str, inventory: bool = False) -> tuple[Any, ast.Module]:
@@ -291,9 +373,39 @@ def _exported(path: str, tree: ast.Module, namespace: dict[str, Any]) -> list[st
     return [k for k in namespace if not k.startswith("__") and k not in imported]
 
 
+def _imports_pyinfra(tree: ast.Module) -> bool:
+    """Whether a file imports pyinfra (``from pyinfra import host``, ...) anywhere."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(
+            a.name.split(".")[0] == "pyinfra" for a in node.names
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "pyinfra":
+            return True
+    return False
+
+
+def _group_data_imports_pyinfra(directory: Path) -> bool:
+    """Whether a group-data file imports pyinfra; a file that cannot be read or parsed is
+    left for ``_group_data`` to name."""
+    try:
+        files = sorted(directory.glob("*.py")) if directory.is_dir() else []
+    except OSError:
+        return False
+    for file in files:
+        try:
+            if _imports_pyinfra(_compile(str(file))[1]):
+                return True
+        except InputError:
+            continue
+    return False
+
+
 def _pyinfra_inventory(
     path: str, all_group: tuple, groups: dict[str, tuple], override_data: dict | None = None
 ) -> Inventory:
+    from pyinfra.api import Inventory
+
     try:
         return Inventory(all_group, override_data=override_data, **groups)
     except Exception as e:  # a connector pyinfra does not know (@nope), and its kin

@@ -133,7 +133,7 @@ def vgpu_share_memory(
     holds each container to the ``gpumem`` it requested, so the limit is the pod's request.
 
     >>> vgpu_share_memory(81920, 10, 1, None).label()
-    '8 GiB (HAMi-core limit, the pod\'s request)'
+    "8 GiB (HAMi-core limit, the pod's request)"
     """
     enforcer = "HAMi-core"
     if budget_gib is None:

@@ -312,7 +312,8 @@ class _HostPlanner:
             if vgpu
             else _resources(mode, gpus, time_slicing, settings["mig_strategy"])
         )
-        max_pods = settings["kubelet_max_pods"]
+        # gpuprov's own key wins; Kubespray's (a number only) is read when gpuprov's is unset.
+        max_pods = settings["gpuprov_kubelet_max_pods"] or settings["kubelet_max_pods"] or "auto"
         if max_pods == "auto":
             max_pods = KUBELET_DEFAULT_MAX_PODS + sum(g.replicas for g in gpus if g.replicas > 1)
         settings["gpu_model"] = model.alias

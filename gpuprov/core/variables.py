@@ -56,6 +56,14 @@ GPU_COUNT_MAX = 32
 # KubeletConfiguration.maxPods is an int32
 # (https://kubernetes.io/docs/reference/config-api/kubelet-config.v1beta1/).
 KUBELET_MAX_PODS_MAX = 2**31 - 1
+# Keys Kubespray reads too: a value gpuprov accepts for one must be one Kubespray accepts, so
+# gpuprov's extensions live under its own keys. Where Kubespray renders each
+# (kubernetes-sigs/kubespray):
+# - kubelet_max_pods: `maxPods: {{ kubelet_max_pods }}`, roles/kubernetes/node/templates/
+#   kubelet-config.v1beta1.yaml.j2 l.27 (at 044dcbae), into the kubelet's KubeletConfiguration.
+# - drain_timeout: `--timeout {{ drain_timeout }}` of `kubectl drain`, roles/upgrade/pre-upgrade/
+#   tasks/main.yml l.77 (at 02e18bcd); its default is `360s` (defaults/main.yml l.3, at 1ac82593).
+KUBESPRAY_KEYS = ("kubelet_max_pods", "drain_timeout")
 # The device plugin advertises one device per replica per GPU and the kubelet checkpoints each;
 # 1024 x 32 GPUs keeps that list and `maxPods: auto` far inside what a kubelet is run with.
 TIME_SLICING_REPLICAS_MAX = 1024
@@ -214,9 +222,59 @@ def _gib(value: Any) -> int | float:
 
 
 def _max_pods(value: Any) -> int | str:
+    """gpuprov's own maxPods: a number, or ``auto``.
+
+    >>> _max_pods("auto"), _max_pods(250)
+    ('auto', 250)
+    """
     if isinstance(value, str) and value == "auto":
         return value
     return _int(1, KUBELET_MAX_PODS_MAX, "the kubelet's maxPods is an int32")(value)
+
+
+def _kubespray_max_pods(value: Any) -> int:
+    """Kubespray's ``kubelet_max_pods``: only a number, as Kubespray writes it as it is into the
+    kubelet's ``maxPods`` (an int32); gpuprov's ``auto`` has its own key.
+
+    >>> _kubespray_max_pods(110)
+    110
+    """
+    if isinstance(value, str) and value == "auto":
+        raise ValueError(
+            "`auto` is gpuprov's, not a value Kubespray accepts (Kubespray writes this key as it "
+            'is into the kubelet\'s maxPods, an int32): set gpuprov_kubelet_max_pods = "auto" '
+            "instead"
+        )
+    return _int(1, KUBELET_MAX_PODS_MAX, "the kubelet's maxPods is an int32")(value)
+
+
+_DURATION = re.compile(r"(?:([0-9]{1,6})h)?(?:([0-9]{1,6})m)?(?:([0-9]{1,6})s)?")
+
+
+def _drain_timeout(value: Any) -> int:
+    """Kubespray's ``drain_timeout``, a kubectl duration in whole seconds (``300s``, ``5m``,
+    ``1h30m``), as seconds: Kubespray passes it as it is to ``kubectl drain --timeout``, which
+    refuses a number without a unit.
+
+    >>> _drain_timeout("5m"), _drain_timeout("1h30m")
+    (300, 5400)
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise ValueError(
+            f"must be a duration with a unit, as Kubespray passes this key as it is to `kubectl "
+            f'drain --timeout`, which refuses {shown(value)}: write "{shown(value)}s"'
+        )
+    match = _DURATION.fullmatch(value) if isinstance(value, str) else None
+    if not match or not any(match.groups()):
+        raise ValueError(f'must be a duration such as "300s", "5m" or "1h30m", got {shown(value)}')
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if not 1 <= total <= DRAIN_TIMEOUT_MAX:
+        raise ValueError(
+            f"must be from 1s to {DRAIN_TIMEOUT_MAX}s (a drain that takes more than a day is a "
+            f"hung deploy), got {shown(value)}"
+        )
+    return total
 
 
 def _layout(value: Any) -> dict[str, int]:
@@ -502,10 +560,19 @@ _VARIABLES = [
     # --- kubelet
     Variable(
         "kubelet_max_pods",
-        "auto",
-        "kubelet `maxPods` (1 to 2147483647: the kubelet reads an int32), or `auto`: 110 plus "
-        "the pods sharing adds (time-slicing replicas or vGPU shares, per GPU).",
-        _max_pods,
+        None,
+        "Kubespray's key (it writes it into the kubelet's `maxPods`), read by gpuprov as the "
+        "same number: 1 to 2147483647 (an int32); `auto` is refused here, it is "
+        "`gpuprov_kubelet_max_pods`'s. None: `gpuprov_kubelet_max_pods` decides.",
+        _optional(_kubespray_max_pods),
+    ),
+    Variable(
+        "gpuprov_kubelet_max_pods",
+        None,
+        "kubelet `maxPods` gpuprov writes: 1 to 2147483647, or `auto`: 110 plus the pods "
+        "sharing adds (time-slicing replicas or vGPU shares, per GPU). Wins over "
+        "`kubelet_max_pods`; None: `kubelet_max_pods` when set, else `auto`.",
+        _optional(_max_pods),
     ),
     Variable(
         "kubelet_config_dir",
@@ -558,10 +625,12 @@ _VARIABLES = [
     ),
     Variable(
         "drain_timeout",
-        300,
-        f"Seconds allowed for `kubectl drain`, 1 to {DRAIN_TIMEOUT_MAX} (a day; longer is a "
-        "hung deploy).",
-        _int(1, DRAIN_TIMEOUT_MAX, "a drain that takes more than a day is a hung deploy"),
+        "300s",
+        "Kubespray's key (its upgrade passes it to `kubectl drain --timeout`): the time allowed "
+        f"for `kubectl drain`, a duration in whole seconds (`300s`, `5m`, `1h30m`), 1s to "
+        f"{DRAIN_TIMEOUT_MAX}s (a day; longer is a hung deploy); a number without a unit is "
+        "refused (kubectl refuses it).",
+        _drain_timeout,
     ),
 ]
 

@@ -151,9 +151,10 @@ DEVICE_PLUGIN_SOCKET_SUFFIX = ".sock"
 # (deployments/systemd/hooks-default.yaml, hooks.sh); the GPU Operator's list of GPU clients adds
 # dcgm and nv_peer_mem; nvidia-persistenced holds every GPU open (NVIDIA/gpu-operator#118); and
 # the device plugin, when systemd runs it, holds NVML (shared/reference/consumers.md).
+DEVICE_PLUGIN_UNIT = f"{DEVICE_PLUGIN_PROGRAM}.service"  # where systemd runs it (not a DaemonSet)
 GPU_CLIENT_UNITS = (
     KUBELET_UNIT,
-    "nvidia-device-plugin.service",  # where systemd runs the plugin (not a DaemonSet)
+    DEVICE_PLUGIN_UNIT,
     "dcgm-exporter.service",
     "nvsm.service",
     "nvidia-dcgm.service",

@@ -3,11 +3,12 @@
 from gpuprov_lab import inventory as lab
 from gpuprov_lab.services import repo_url
 
-# SSH as root with the key of the running lab; host keys are new on every `gpuprov lab up`.
+# SSH as root with the key of the running lab; host keys are checked strictly against the
+# known_hosts the lab writes for the hosts it makes (so nothing is "added" or warned about).
 ssh_user = "root"
 ssh_key = lab.ssh_key()
-ssh_strict_host_key_checking = "off"
-ssh_known_hosts_file = "/dev/null"
+ssh_strict_host_key_checking = "yes"
+ssh_known_hosts_file = lab.known_hosts()
 
 # The lab's signed repositories serve the driver as Debian's non-free does: bookworm-backports'
 # 535.216.03-2~bpo12+1 and bookworm's newer 535.261.03-1 (the upgrade to test), and the toolkit

@@ -1,7 +1,8 @@
 """The lab's base rootfs, cached in /var/tmp/gpuprov-lab-base-<version>.
 
-The version is a hash of ``base.sh`` and the node files it installs, so editing either builds a
-new base on the next `up` (about 30 s) and nothing stale is ever reused.
+The version is a hash of ``base.sh``, the node files it installs and the contract values it is
+given, so editing any builds a new base on the next `up` (about 30 s) and nothing stale is ever
+reused.
 
 >>> version() == version() and len(version())
 12
@@ -17,19 +18,27 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuprov.host.contract import APT_SOURCES_DIR
+from gpuprov.host.contract import APT_SOURCES_DIR, CONTAINERD_CONFIG_PATH, CONTAINERD_UNIT
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.rundir import CACHE, prune_cache
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "base.sh"
 NODE = HERE / "node"
+# What base.sh needs of the host contract (a script cannot import it).
+CONTRACT = {
+    "APT_SOURCES_DIR": APT_SOURCES_DIR,
+    "CONTAINERD_CONFIG": CONTAINERD_CONFIG_PATH,
+    "CONTAINERD_UNIT": CONTAINERD_UNIT,
+}
 
 
 def version() -> str:
     digest = hashlib.sha256()
     for path in [SCRIPT, *sorted(NODE.iterdir())]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for name, value in sorted(CONTRACT.items()):
+        digest.update(f"{name}={value}\0".encode())
     return digest.hexdigest()[:12]
 
 
@@ -59,6 +68,7 @@ def _build(base: Path) -> Path:
     with open(log, "w") as out:
         result = subprocess.run(
             ["bash", str(SCRIPT), str(base), mirror(), str(NODE)],
+            env={**os.environ, **CONTRACT},
             stdout=out,
             stderr=subprocess.STDOUT,
         )

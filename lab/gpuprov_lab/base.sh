@@ -1,5 +1,7 @@
 #!/bin/bash
 # base.sh DIR MIRROR NODE_FILES: build the lab's read-only base rootfs at DIR (atomically).
+# The host paths and unit names gpuprov's contract defines come in the environment (base.py):
+# APT_SOURCES_DIR, CONTAINERD_CONFIG, CONTAINERD_UNIT.
 #
 # Debian bookworm minbase + systemd, sshd, python3, containerd, crun, the CNI plugins and the
 # static busybox (the lab's canary image is made of it: gpuprov/lab/images.py), the
@@ -12,6 +14,7 @@
 set -euo pipefail
 
 BASE=$1 MIRROR=$2 NODE=$3
+: "${APT_SOURCES_DIR:?}" "${CONTAINERD_CONFIG:?}" "${CONTAINERD_UNIT:?}"
 GW=10.200.0.1
 TMP=$BASE.tmp
 
@@ -29,7 +32,7 @@ echo "nameserver $GW" > "$TMP/etc/resolv.conf"      # nothing answers there: loo
 # installs only packages of the lab's own repositories, served on $GW. So hosts get no Debian
 # source and no proxy: `apt-get update` on 16 or 32 hosts at once fetches only from the lab's
 # HTTP server, with nothing to download from the internet (lab/gpuprov_lab/services.py).
-rm -f "$TMP/etc/apt/sources.list" "$TMP"/etc/apt/sources.list.d/*
+rm -f "$TMP/etc/apt/sources.list" "$TMP$APT_SOURCES_DIR"/*
 # Without these, every host's first `apt-get update` adds translations and caches.
 printf 'Acquire::Languages "none";\nDir::Cache::srcpkgcache "";\n' \
   > "$TMP/etc/apt/apt.conf.d/02gpuprov-lab-slim"
@@ -42,8 +45,8 @@ install -m755 "$NODE/runc" "$TMP/usr/local/sbin/runc"
 install -d "$TMP/opt/cni"
 ln -s /usr/lib/cni "$TMP/opt/cni/bin"
 install -d "$TMP/var/lib/kubelet" "$TMP/etc/kubernetes/kubelet.conf.d" "$TMP/etc/nvidia/device-plugin"
-install -m644 "$NODE/containerd-config.toml" "$TMP/etc/containerd/config.toml"  # kubeadm-style
-systemctl --root="$TMP" --quiet enable containerd.service
+install -m644 "$NODE/containerd-config.toml" "$TMP$CONTAINERD_CONFIG"  # kubeadm-style
+systemctl --root="$TMP" --quiet enable "$CONTAINERD_UNIT"
 # Units that cannot work in a container (no udev, no kernel modules) would mark hosts degraded.
 systemctl --root="$TMP" --quiet mask systemd-udevd.service systemd-modules-load.service \
   2>/dev/null || true

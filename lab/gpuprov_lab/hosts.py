@@ -97,7 +97,7 @@ def start(run: RunDir, host: LabHost, base: Path, kube: KubeParts | None) -> Non
     ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
     shutil.copyfile(run.key.with_suffix(".pub"), ssh / "authorized_keys")
     (ssh / "authorized_keys").chmod(0o600)
-    ssh_.keygen(root / "etc/ssh/ssh_host_ed25519_key", host.name)
+    ssh_.install_host_key(run, host.ip, root / "etc/ssh")
     hardware.install(host, root)
     if host.containerd:
         install_containerd(root, Path(host.containerd))

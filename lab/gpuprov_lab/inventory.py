@@ -75,5 +75,10 @@ def ssh_key() -> str:
     return str(RunDir(default_dir()).key)
 
 
+def known_hosts() -> str:
+    """The running lab's known_hosts: every host's key under its name and address."""
+    return str(RunDir(default_dir()).known_hosts)
+
+
 def repo_key() -> str:
     return str(RunDir(default_dir()).repo_key)

@@ -31,6 +31,7 @@ from pathlib import Path
 from gpuprov.host.contract import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIG_PATH,
+    DEVICE_PLUGIN_UNIT,
     KUBELET_UNIT,
 )
 from gpuprov_lab import kubelet_unit
@@ -39,7 +40,7 @@ from gpuprov_lab.rundir import CACHE
 from gpuprov_lab.sim.contract import SIM_ENV, SIM_STATE_PATH
 
 PLUGIN = "/usr/bin/nvidia-device-plugin"
-UNIT = "/etc/systemd/system/nvidia-device-plugin.service"
+UNIT = f"/etc/systemd/system/{DEVICE_PLUGIN_UNIT}"
 LIBRARY_DIR = "/usr/local/lib/gpuprov-sim"
 LAUNCHER = "/usr/local/lib/gpuprov-lab/nvidia-device-plugin.sh"
 # The plugin reads /proc/driver/nvidia-caps/mig-minors to find each MIG device's capability

@@ -83,6 +83,16 @@ class RunDir:
         return self.path / "ssh_config"
 
     @property
+    def known_hosts(self) -> Path:
+        """Every lab host's key, under its name and address (lab/gpuprov_lab/ssh.py)."""
+        return self.path / "known_hosts"
+
+    @property
+    def host_keys(self) -> Path:
+        """``<address>/ssh_host_ed25519_key``: the key of the host at each address."""
+        return self.path / "host-keys"
+
+    @property
     def repo_key(self) -> Path:
         """The lab repository's public signing key (armored), for inventories and tests."""
         return self.path / "repo-key.asc"

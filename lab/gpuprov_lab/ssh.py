@@ -1,14 +1,21 @@
 """SSH to lab hosts: the run's key and ssh_config, waiting for hosts to boot, running commands.
 
-Host keys are new on every `up` while names and addresses repeat, so host key checking is off
-(the lab is on a private bridge of this machine).
+The lab makes its hosts, so it knows their keys: each address of the slot has its own host key,
+made once per run directory, and the run's ``known_hosts`` lists it under the host's name and
+address. ssh (``ssh -F ssh_config``) and pyinfra (group_data/lab.py) check host keys strictly
+against that file, so a connection prints no "Permanently added" or "No host key" line, and a
+host that answers with another key is refused.
 
 >>> print(config_text(Path("/tmp/gpuprov-lab"), {"lab-a100-01": "10.200.0.11"}).splitlines()[0])
 Host lab-a100-01
+>>> known_hosts_line("lab-a100-01", "10.200.0.11", "ssh-ed25519 AAAAC3Nz lab-a100-01")
+'lab-a100-01,10.200.0.11 ssh-ed25519 AAAAC3Nz'
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +23,8 @@ from pathlib import Path
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.rundir import RunDir
 from gpuprov_lab.spec import SUBNET_PREFIX
+
+HOST_KEY = "ssh_host_ed25519_key"  # sshd's name for it, in /etc/ssh
 
 
 def config_text(run_path: Path, addresses: dict[str, str]) -> str:
@@ -28,9 +37,10 @@ def config_text(run_path: Path, addresses: dict[str, str]) -> str:
         "  User root",
         f"  IdentityFile {run_path / 'id_ed25519'}",
         "  IdentitiesOnly yes",
-        "  StrictHostKeyChecking no",
-        "  UserKnownHostsFile /dev/null",
-        "  LogLevel ERROR",
+        "  StrictHostKeyChecking yes",
+        f"  UserKnownHostsFile {RunDir(run_path).known_hosts}",
+        "  GlobalKnownHostsFile /dev/null",
+        "  HostKeyAlgorithms ssh-ed25519",
         "  ConnectTimeout 3",
         "",
     ]
@@ -45,11 +55,49 @@ def keygen(path: Path, comment: str) -> None:
     )
 
 
+def known_hosts_line(name: str, ip: str, public_key: str) -> str:
+    """The known_hosts line of a host: its name and address, then the key's type and data."""
+    kind, data = public_key.split()[:2]
+    return f"{name},{ip} {kind} {data}"
+
+
+def host_key(run: RunDir, ip: str) -> Path:
+    """The host key of the lab host at ``ip`` (made on first use): one per address, so a key
+    stays what known_hosts says for as long as the run directory lives, whichever host a spec
+    puts there."""
+    key = run.host_keys / ip / HOST_KEY
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        keygen(key, ip)
+    return key
+
+
+def install_host_key(run: RunDir, ip: str, etc_ssh: Path) -> None:
+    """Give the host at ``ip`` its key (sshd's ``/etc/ssh`` in the host's root, ``etc_ssh``)."""
+    key = host_key(run, ip)
+    for source, mode in ((key, 0o600), (key.with_suffix(".pub"), 0o644)):
+        target = etc_ssh / source.name
+        shutil.copyfile(source, target)
+        target.chmod(mode)
+
+
 def write_config(run: RunDir, addresses: dict[str, str]) -> None:
-    """Create the run's key pair (if missing) and ssh_config."""
+    """Create the run's key pair (if missing), each address's host key (if missing), the
+    known_hosts that lists them and the ssh_config that trusts only that file."""
     if not run.key.exists():
         keygen(run.key, "gpuprov-lab")
-    run.ssh_config.write_text(config_text(run.path, addresses))
+    lines = [
+        known_hosts_line(name, ip, host_key(run, ip).with_suffix(".pub").read_text())
+        for name, ip in addresses.items()
+    ]
+    _write(run.known_hosts, "".join(f"{line}\n" for line in lines))
+    _write(run.ssh_config, config_text(run.path, addresses))
+
+
+def _write(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.tmp")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def argv(run: RunDir, host: str, command: str) -> list[str]:

@@ -314,9 +314,31 @@ class Lab:
             backend = testinfra.backend.get_backend(
                 f"paramiko://{host}", ssh_config=str(self.ssh_config)
             )
+            # testinfra's paramiko backend reads no UserKnownHostsFile (it would warn about
+            # every host key): it is handed a client that checks the lab's known_hosts.
+            backend.client = self._paramiko_client(host)
             self._testinfra[host] = testinfra.host.Host(backend)
             backend.set_host(self._testinfra[host])
         return self._testinfra[host]
+
+    def _paramiko_client(self, host: str) -> Any:
+        """A paramiko connection to ``host`` as the lab's ssh_config says, refusing a host key
+        that the lab's known_hosts does not list."""
+        import paramiko
+
+        config = paramiko.SSHConfig.from_path(str(self.ssh_config)).lookup(host)
+        client = paramiko.SSHClient()
+        client.load_host_keys(config["userknownhostsfile"])
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        client.connect(
+            config["hostname"],
+            username=config["user"],
+            key_filename=config["identityfile"][0],
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=float(config["connecttimeout"]),
+        )
+        return client
 
     def _close_testinfra(self, *hosts: str) -> None:
         """Close the cached testinfra connections of ``hosts`` (default: all)."""

@@ -199,7 +199,7 @@ def test_a_drain_that_times_out_leaves_the_node_cordoned_and_the_host_failed(
     # A pod that does not go away once evicted (a finalizer nobody removes, as a stuck volume
     # detach leaves one): the drain waits for it until its time limit. (A disruption budget does
     # not hold a pod that never ran: the API server evicts Pending pods regardless.)
-    inventory = _mig_host_as_whole_cards(lab, tmp_path, "\ndrain_timeout = 5\n")
+    inventory = _mig_host_as_whole_cards(lab, tmp_path, '\ndrain_timeout = "5s"\n')
     _bound_pod(lab, "held", MIG, finalizers=["gpuprov.io/test-hold"])
     try:
         result = lab.deploy(inventory, check=False)

@@ -13,7 +13,7 @@ Both bounds hold at every moment, so their largest value over time is a bound to
   the simple bound ignores: a workload of 0.4 of a card takes a half-card share.
 
 >>> from gpuprov.core.advise.demand import Demand
->>> from gpuprov import catalog
+>>> from gpuprov.core import catalog
 >>> a100 = catalog.find_model("A100-80GB")
 >>> ds = [Demand(f"w{i}", 1, 30000, 0.05, 0.1, 0, 10, None, "n", None) for i in range(4)]
 >>> simple_bound(ds, a100, 0.8).gpus

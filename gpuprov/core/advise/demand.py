@@ -9,7 +9,7 @@ it needs more than half a card's memory (a share of a GPU split in two, the fewe
 is half), or its compute alone is above what one shared GPU may carry (``compute_limit``).
 
 >>> from gpuprov.core.advise.usage import WorkloadUsage
->>> from gpuprov import catalog
+>>> from gpuprov.core import catalog
 >>> w = WorkloadUsage("ml/train", "n1", (), 8, 70000, 65000, 60000.0, 0.9, 0.95, "gr_active",
 ...                   100, 0.0, 99.0, 1.0, (), "x")
 >>> d = size(w, catalog.find_model("A100-80GB"), Sizing())

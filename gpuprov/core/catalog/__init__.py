@@ -125,7 +125,7 @@ class Catalog:
         a huge one).
 
         >>> load().unknown_model("A100-80G")
-        "unknown GPU model 'A100-80G'; did you mean A100-80GB?"
+        "unknown GPU model 'A100-80G'; did you mean A100-80GB or H100-80GB or A100-40GB?"
         """
         close = self.close_matches(name)
         hint = (

@@ -17,7 +17,14 @@ from gpuprov.core.findings import Finding
 from gpuprov.core.hostfiles import Wanted
 from gpuprov.core.hostfiles.mig_layout import leftover, missing, recorded
 from gpuprov.core.templates import render as render_template
-from gpuprov.host.contract import MIG_LAYOUT_PATH, MIG_UNIT, MIG_UNIT_PATH
+from gpuprov.host.contract import (
+    FABRIC_MANAGER_UNIT,
+    KUBELET_UNIT,
+    MIG_LAYOUT_PATH,
+    MIG_UNIT,
+    MIG_UNIT_PATH,
+    PERSISTENCED_UNIT,
+)
 
 if TYPE_CHECKING:
     from gpuprov.core.plan import HostPlan
@@ -41,6 +48,9 @@ def render(plan: HostPlan) -> str:
         python=settings["gpuprov_python"],
         agent=settings["gpuprov_agent_path"],
         layout=MIG_LAYOUT_PATH,
+        persistenced=PERSISTENCED_UNIT,
+        fabric_manager=FABRIC_MANAGER_UNIT,
+        kubelet=KUBELET_UNIT,
     )
 
 

@@ -285,7 +285,9 @@ def profile(name: str) -> Profile:
 def profiles() -> dict[str, Profile]:
     """Every profile in ``sources.yaml``, validated."""
     text = resources.files("gpuprov.core.packaging").joinpath("sources.yaml").read_text()
-    return parse(yaml.safe_load(text), "gpuprov/core/packaging/sources.yaml")
+    # libyaml's loader when PyYAML has it: the same documents, a tenth of the start-up time.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return parse(yaml.load(text, Loader=loader), "gpuprov/core/packaging/sources.yaml")
 
 
 def parse(document: Any, origin: str) -> dict[str, Profile]:

@@ -1,4 +1,5 @@
 gpu_model = "L40S"
 gpu_count = 4
 time_slicing_replicas = 4
-kubelet_max_pods = "auto"
+# gpuprov's own key: Kubespray's kubelet_max_pods takes a number only.
+gpuprov_kubelet_max_pods = "auto"
