@@ -89,7 +89,7 @@ def limit_problems(document: dict[str, Any]) -> list[str]:
 
     >>> limit_problems({"kind": "ResourceFlavor", "metadata": {"name": "f"},
     ...                 "spec": {"nodeLabels": {str(i): "x" for i in range(9)}}})
-    ['ResourceFlavor f: 9 nodeLabels, above Kueue's limit of 8']
+    ["ResourceFlavor f: 9 nodeLabels, above Kueue's limit of 8"]
     """
     name, spec = f"{document['kind']} {document['metadata']['name']}", document["spec"]
     if document["kind"] == "ResourceFlavor":
