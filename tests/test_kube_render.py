@@ -139,12 +139,12 @@ def test_nvidia_device_plugin_accepts_every_named_config_with_the_planned_resour
         assert effective["flags"]["migStrategy"] == (host.mig_strategy or "none")
         sharing = effective.get("sharing", {})
         slicing = sharing.get("timeSlicing", {}).get("resources", [])
-        if host.mode == "shared" and host.time_slicing.strategy == "mps":
+        if host.mode == "shared" and host.sharing.strategy == "mps":
             # Written out in full: the plugin's parse leaves nothing to its defaults.
             assert sharing["mps"]["failRequestsGreaterThanOne"] == (
-                host.time_slicing.fail_requests_greater_than_one
+                host.sharing.fail_requests_greater_than_one
             )
-            assert effective["flags"]["mpsRoot"] == host.settings["mps_root"]
+            assert effective["flags"]["mpsRoot"] == host.sharing.mps_root
             (resource,) = sharing["mps"]["resources"]
             advertised = resource.get("rename") or resource["name"]
             assert {advertised: resource["replicas"] * host.gpu_count} == host.resources

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gpuprov.core import catalog
@@ -29,6 +29,24 @@ from gpuprov.core.memory_budget import (
     vgpu_share_memory,
 )
 from gpuprov.core.mig.solver import solve
+from gpuprov.core.plan_areas import (
+    AREAS,
+    MODE_AREAS,
+    Agent,
+    Budget,
+    ContainerRuntime,
+    DevicePlugin,
+    Driver,
+    Health,
+    Kubelet,
+    Mig,
+    Node,
+    Pool,
+    Sharing,
+    Timeouts,
+    area,
+    settings_of,
+)
 from gpuprov.core.variables import (
     NOT_SET,
     OWN_PREFIX,
@@ -46,7 +64,6 @@ from gpuprov.host.contract import (
     MODES,
     PLAN_SCHEMA,
     SHARING_MPS,
-    SHARING_TIME_SLICING,
     VOLCANO_MEMORY_RESOURCE,
 )
 from gpuprov.host.mig.instance import Instance
@@ -75,29 +92,10 @@ class GpuPlan:
 
 
 @dataclass(frozen=True)
-class TimeSlicing:
-    """The sharing of a ``shared`` host's GPUs: replicas per GPU under the device plugin's
-    ``strategy`` (``time-slicing`` or ``mps``), and the memory one replica may use."""
-
-    replicas: int
-    rename: bool
-    fail_requests_greater_than_one: bool
-    strategy: str = SHARING_TIME_SLICING
-    memory: ShareMemory | None = None
-
-    def as_dict(self) -> dict:
-        return {
-            "replicas": self.replicas,
-            "rename": self.rename,
-            "fail_requests_greater_than_one": self.fail_requests_greater_than_one,
-            "strategy": self.strategy,
-            "memory_per_share": self.memory.as_dict() if self.memory else None,
-        }
-
-
-@dataclass(frozen=True)
 class HostPlan:
-    """One host's plan. ``settings`` holds every gpuprov variable, checked, defaults filled in."""
+    """One host's plan: its GPUs and resources, and its settings by area
+    (``gpuprov.core.plan_areas``), every value checked and resolved. ``sharing`` is set on
+    ``shared`` hosts, ``vgpu`` on ``vgpu`` hosts, ``budget`` on both."""
 
     name: str
     mode: str
@@ -106,13 +104,37 @@ class HostPlan:
     gpu_count: int
     gpus: tuple[GpuPlan, ...]
     resources: dict[str, int]
-    kubelet_max_pods: int
-    driver_version: str | None
-    container_runtime: str
-    mig_strategy: str | None
-    time_slicing: TimeSlicing | None
-    settings: dict[str, Any] = field(compare=False)
+    driver: Driver
+    runtime: ContainerRuntime
+    device_plugin: DevicePlugin
+    mig: Mig
+    kubelet: Kubelet
+    agent: Agent
+    node: Node
+    pool: Pool
+    timeouts: Timeouts
+    health: Health
+    sharing: Sharing | None = None
+    budget: Budget | None = None
     vgpu: Vgpu | None = None  # the HAMi-core shares of a host in `vgpu`
+
+    @property
+    def mig_strategy(self) -> str | None:
+        """The device plugin's MIG strategy: None unless the host is in ``mig``."""
+        return self.mig.mig_strategy
+
+    def settings(self) -> dict[str, Any]:
+        """Every inventory key the host's mode reads, with its checked, resolved value."""
+        out = {"gpu_model": self.gpu_model, "gpu_count": self.gpu_count}
+        for name in (*AREAS, *MODE_AREAS, "vgpu"):
+            value = getattr(self, name)
+            if value is not None:
+                out.update(settings_of(value))
+        return {
+            k: out[k]
+            for k, var in VARIABLES.items()
+            if k in out and (not var.modes or self.mode in var.modes)
+        }
 
     def as_dict(self) -> dict:
         return {
@@ -121,15 +143,16 @@ class HostPlan:
             "groups": list(self.groups),
             "gpu_model": self.gpu_model,
             "gpu_count": self.gpu_count,
-            "driver_version": self.driver_version,
-            "container_runtime": self.container_runtime,
+            "driver_version": self.driver.driver_version,
+            "container_runtime": self.runtime.container_runtime,
             "mig_strategy": self.mig_strategy,
-            "time_slicing": self.time_slicing.as_dict() if self.time_slicing else None,
+            # The key keeps its name; it holds time-slicing or MPS (``strategy``).
+            "time_slicing": self.sharing.as_dict() if self.sharing else None,
             "vgpu": self.vgpu.as_dict() if self.vgpu else None,
-            "kubelet_max_pods": self.kubelet_max_pods,
+            "kubelet_max_pods": self.kubelet.kubelet_max_pods,
             "resources": self.resources,
             "gpus": [g.as_dict() for g in self.gpus],
-            "settings": self.settings,
+            "settings": self.settings(),
         }
 
 
@@ -296,26 +319,22 @@ class _HostPlanner:
             )
         if self.problems:
             return None
-        time_slicing = None
+        sharing = None
         if mode == "shared":
-            time_slicing = TimeSlicing(
-                settings["time_slicing_replicas"],
-                settings["time_slicing_rename"],
-                settings["time_slicing_fail_requests_greater_than_one"],
-                settings["sharing_strategy"],
-                self.share_memory(model, settings),
-            )
+            sharing = area(Sharing, settings, memory=self.share_memory(model, settings))
             if self.problems:
                 return None
         resources = (
             dict(vgpu.allocatable)
             if vgpu
-            else _resources(mode, gpus, time_slicing, settings["mig_strategy"])
+            else _resources(mode, gpus, sharing, settings["mig_strategy"])
         )
+        # Resolved once, here: the plan holds the number.
         max_pods = settings["kubelet_max_pods"]
         if max_pods == "auto":
             max_pods = KUBELET_DEFAULT_MAX_PODS + sum(g.replicas for g in gpus if g.replicas > 1)
-        settings["gpu_model"] = model.alias
+        areas = {name: area(cls, settings) for name, cls in AREAS.items()}
+        areas["kubelet"] = area(Kubelet, settings, kubelet_max_pods=max_pods)
         return HostPlan(
             name=self.host.name,
             mode=mode,
@@ -324,13 +343,10 @@ class _HostPlanner:
             gpu_count=count,
             gpus=gpus,
             resources=resources,
-            kubelet_max_pods=max_pods,
-            driver_version=settings["driver_version"],
-            container_runtime=settings["container_runtime"],
-            mig_strategy=settings["mig_strategy"] if mode == "mig" else None,
-            time_slicing=time_slicing,
-            settings=settings,
+            sharing=sharing,
+            budget=area(Budget, settings) if mode in ("shared", "vgpu") else None,
             vgpu=vgpu,
+            **areas,
         )
 
     def unplanned(self) -> None:
@@ -562,14 +578,14 @@ def _layout_text(layout: dict[str, int]) -> str:
 
 
 def _resources(
-    mode: str, gpus: tuple[GpuPlan, ...], time_slicing: TimeSlicing | None, mig_strategy: str | None
+    mode: str, gpus: tuple[GpuPlan, ...], sharing: Sharing | None, mig_strategy: str | None
 ) -> dict[str, int]:
     """The extended resources the node advertises, by the device plugin's naming rules."""
     out: Counter[str] = Counter()
     for gpu in gpus:
         if mode == "shared":
-            assert time_slicing is not None
-            name = GPU_RESOURCE + ".shared" if time_slicing.rename else GPU_RESOURCE
+            assert sharing is not None
+            name = GPU_RESOURCE + ".shared" if sharing.rename else GPU_RESOURCE
             out[name] += gpu.replicas
         elif gpu.mig_enabled and mig_strategy == "single":
             out[GPU_RESOURCE] += len(gpu.instances)

@@ -226,7 +226,7 @@ def render(
 
 def _npd(cluster: ClusterPlan, warnings: list[str]) -> tuple[str, list[Any]]:
     """NPD runs one config on every node: the union of the hosts' critical XIDs."""
-    sets = {tuple(h.settings["health_critical_xids"]) for h in cluster.hosts}
+    sets = {tuple(h.health.health_critical_xids) for h in cluster.hosts}
     if len(sets) > 1:
         warnings.append(
             "hosts differ in health_critical_xids; Node Problem Detector's one config takes "
