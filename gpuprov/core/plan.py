@@ -45,6 +45,7 @@ from gpuprov.core.plan_areas import (
     Sharing,
     Timeouts,
     area,
+    host_areas,
     settings_of,
 )
 from gpuprov.core.variables import (
@@ -123,7 +124,7 @@ class HostPlan:
         """The device plugin's MIG strategy: None unless the host is in ``mig``."""
         return self.mig.mig_strategy
 
-    def settings(self) -> dict[str, Any]:
+    def document_settings(self) -> dict[str, Any]:
         """Every inventory key the host's mode reads, with its checked, resolved value."""
         out = {"gpu_model": self.gpu_model, "gpu_count": self.gpu_count}
         for name in (*AREAS, *MODE_AREAS, "vgpu"):
@@ -152,7 +153,7 @@ class HostPlan:
             "kubelet_max_pods": self.kubelet.kubelet_max_pods,
             "resources": self.resources,
             "gpus": [g.as_dict() for g in self.gpus],
-            "settings": self.settings(),
+            "settings": self.document_settings(),
         }
 
 
@@ -161,8 +162,8 @@ class ClusterPlan:
     inventory: str
     hosts: tuple[HostPlan, ...]
     # What the plan allows but the user must hear about on every plan and deploy (a memory
-    # overcommit the inventory asked for).
-    warnings: tuple[Problem, ...] = ()
+    # overcommit the inventory asked for), each as the line the user reads.
+    warnings: tuple[str, ...] = ()
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -191,7 +192,7 @@ class ClusterPlan:
             "hosts": [h.as_dict() for h in self.hosts],
             "totals": self.totals,
             "vgpu_totals": self.vgpu_totals,
-            "warnings": [str(w) for w in self.warnings],
+            "warnings": list(self.warnings),
         }
 
 
@@ -233,7 +234,7 @@ def build(
             else "the inventory defines no host"
         )
         raise InputError([Problem(inventory.path, f"{nothing}: nothing to plan")])
-    return ClusterPlan(inventory.path, tuple(hosts), tuple(merged(warnings)))
+    return ClusterPlan(inventory.path, tuple(hosts), tuple(str(w) for w in merged(warnings)))
 
 
 def _one_volcano_memory_factor(path: str, hosts: list[HostPlan]) -> list[Problem]:
@@ -333,8 +334,7 @@ class _HostPlanner:
         max_pods = settings["kubelet_max_pods"]
         if max_pods == "auto":
             max_pods = KUBELET_DEFAULT_MAX_PODS + sum(g.replicas for g in gpus if g.replicas > 1)
-        areas = {name: area(cls, settings) for name, cls in AREAS.items()}
-        areas["kubelet"] = area(Kubelet, settings, kubelet_max_pods=max_pods)
+        areas = host_areas({**settings, "kubelet_max_pods": max_pods}, mode)
         return HostPlan(
             name=self.host.name,
             mode=mode,
@@ -344,7 +344,6 @@ class _HostPlanner:
             gpus=gpus,
             resources=resources,
             sharing=sharing,
-            budget=area(Budget, settings) if mode in ("shared", "vgpu") else None,
             vgpu=vgpu,
             **areas,
         )

@@ -196,6 +196,19 @@ AREAS: dict[str, type] = {
 MODE_AREAS: dict[str, type] = {"sharing": Sharing, "budget": Budget}
 
 
+def host_areas(settings: Mapping[str, Any], mode: str) -> dict[str, Any]:
+    """HostPlan's areas (by field name) of a host in ``mode`` with checked, resolved
+    ``settings``: every area of ``AREAS``, and ``budget`` on ``shared`` and ``vgpu`` hosts
+    (``sharing`` and ``vgpu`` also need what the planner works out)."""
+    out: dict[str, Any] = {name: area(cls, settings) for name, cls in AREAS.items()}
+    out["budget"] = area(Budget, settings) if mode in BUDGET_MODES else None
+    return out
+
+
+# The modes whose hosts set a memory budget per share.
+BUDGET_MODES = ("shared", "vgpu")
+
+
 def registry_key(f: Field) -> str:
     """The inventory key a field holds."""
     return f.metadata.get("key", f.name)
