@@ -32,8 +32,7 @@ vgpu = (["v"], {"gpu_model": "A100-80GB", "gpu_count": 1, "vgpu_flavour": "hami"
 
 
 def _inventory(tmp_path: Path, name: str) -> str:
-    """The path of inventory ``name``: the repository's, or MIXED; the lab inventory's signing
-    key stands where the lab puts it, so the inventory plans here as in the lab."""
+    """The path of inventory ``name``: the repository's, or MIXED."""
     if name == "mixed":
         path = tmp_path / "mixed.py"
         path.write_text(MIXED)
@@ -41,16 +40,17 @@ def _inventory(tmp_path: Path, name: str) -> str:
     return str(ROOT / "inventories" / name)
 
 
-def _lab_key() -> None:
-    key = Path("/tmp/gpuprov-lab/repo-key.asc")
-    if not key.exists():
-        key.parent.mkdir(parents=True, exist_ok=True)
-        key.write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n")
+def _lab_key(tmp_path: Path, monkeypatch) -> None:
+    """The lab inventory's signing key, in a run directory of this test's own (no lab is up)."""
+    run = tmp_path / "lab"
+    run.mkdir()
+    (run / "repo-key.asc").write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n")
+    monkeypatch.setenv("GPUPROV_LAB_DIR", str(run))
 
 
 @pytest.mark.parametrize("name", [*INVENTORIES, "mixed"])
-def test_a_plan_read_back_from_its_document_is_the_same_plan(tmp_path, name):
-    _lab_key()
+def test_a_plan_read_back_from_its_document_is_the_same_plan(tmp_path, monkeypatch, name):
+    _lab_key(tmp_path, monkeypatch)
     plan = build(load(_inventory(tmp_path, name)))
     document = json.loads(json.dumps(plan.as_dict()))
     again = read(document, "plan.json")
@@ -59,7 +59,7 @@ def test_a_plan_read_back_from_its_document_is_the_same_plan(tmp_path, name):
 
 
 def test_the_document_holds_only_resolved_values(tmp_path):
-    plan = build(load(_inventory(tmp_path, "inventories/example.py".rsplit("/")[-1])))
+    plan = build(load(_inventory(tmp_path, "example.py")))
     for host in plan.as_dict()["hosts"]:
         assert host["settings"]["kubelet_max_pods"] == host["kubelet_max_pods"]
         assert isinstance(host["kubelet_max_pods"], int)
