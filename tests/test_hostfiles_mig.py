@@ -156,7 +156,7 @@ def test_gpu_clients_changed_is_one_finding_naming_them(mig_plan):
         (
             None,
             "mig-layout",
-            f"gpu_clients {mig_plan.plan.mig.gpu_clients}",
+            f"gpu_clients {mig_plan.mig.gpu_clients}",
             "gpu_clients ['x']",
         )
     ]
