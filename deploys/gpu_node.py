@@ -19,6 +19,6 @@ from gpuprov.controller.deploys.inventory_plan import cluster_plan
 _plan = cluster_plan(state)
 progress.watch(state)
 if host.name in {h.name for h in _plan.hosts}:
-    _settings = _plan.host(host.name).settings
-    keepalive.watch(state, host, _settings["gpuprov_ssh_dead_after"])
-    gpu_node(_plan.host(host.name), _timeout=_settings["gpuprov_timeout_step"])
+    _timeouts = _plan.host(host.name).timeouts
+    keepalive.watch(state, host, _timeouts.gpuprov_ssh_dead_after)
+    gpu_node(_plan.host(host.name), _timeout=_timeouts.gpuprov_timeout_step)

@@ -51,9 +51,9 @@ def matching_probe(plan: HostPlan) -> dict:
     """The probe document of a host in ``plan``'s state: its GPUs with the planned MIG mode and
     instances (each with its full compute instance), its files as the deploy writes them."""
     files: dict[str, str | None] = dict.fromkeys(wanted_files(plan).files)
-    files[plan.settings["device_plugin_config_path"]] = device_plugin.render(plan)
+    files[plan.device_plugin.device_plugin_config_path] = device_plugin.render(plan)
     files[kubelet.target(plan)] = kubelet.render(plan, "kind: KubeletConfiguration\n")
-    main = plan.settings["containerd_config_path"]
+    main = plan.runtime.containerd_config_path
     files[main] = f'version = 2\nimports = ["{containerd_drop_in_glob(main)}"]\n'
     cri = CRI_PLUGIN[2]
     files[containerd_drop_in_path(main)] = (
@@ -70,7 +70,7 @@ def matching_probe(plan: HostPlan) -> dict:
         "schema": PROBE_SCHEMA,
         "nvml": "ok",
         "error": None,
-        "driver_version": plan.driver_version,
+        "driver_version": plan.driver.driver_version,
         "nvml_version": "12.535.261.03",
         "gpus": [
             {
@@ -118,7 +118,7 @@ def driver_and_mig_files(plan: HostPlan) -> dict[str, str | None]:
     files[APT_PIN_PATH] = apt_preferences.render(plan, "debian")
     if nouveau_blacklist.wanted(plan):
         files[NOUVEAU_BLACKLIST_PATH] = nouveau_blacklist.render(plan)
-    for repo in apt_source.repositories(plan.settings):
+    for repo in apt_source.repositories(plan):
         files[repo.source_path] = apt_source.render(repo)
         if repo.keyring_path:
             files[repo.keyring_path] = repo.key_data().decode(errors="replace")
@@ -147,14 +147,13 @@ def installed_packages(plan: HostPlan) -> dict[str, dict]:
     """The probe's ``packages`` section of a Debian host as the deploy leaves it: the planned
     driver's and toolkit's packages at the planned versions, held."""
     out = {}
-    settings = plan.settings
-    if settings["driver_version"]:
-        _, driver = planned.driver_packages(settings, "debian")
+    if plan.driver.driver_version:
+        _, driver = planned.driver_packages(plan, "debian")
         version = debian_version(driver.version)
         out.update({name: {"version": version, "held": True} for name in driver.exact})
         out.update({name: {"version": "535.171.04-1~deb12u1", "held": True} for name in driver.own})
-    toolkit = settings["container_toolkit_version"]
-    for name in planned.toolkit_packages(settings):
+    toolkit = plan.runtime.container_toolkit_version
+    for name in planned.toolkit_packages(plan):
         out[name] = {"version": debian_version(toolkit), "held": True}
     return out
 
@@ -172,7 +171,7 @@ def registered(plan: HostPlan) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for i, gpu in enumerate(plan.gpus):
         uuid = gpu_uuid(i)
-        if plan.time_slicing:
+        if plan.sharing:
             name = next(iter(plan.resources))
             out.setdefault(name, []).extend(f"{uuid}::{k}" for k in range(gpu.replicas))
         elif gpu.mig_enabled:

@@ -310,8 +310,8 @@ def test_stale_mig_layout_file_on_a_mig_host_is_drift(mig):
             }
             for i in (0, 1)
         ],
-        "gpu_clients": plan.settings["gpu_clients"],
-        "allow_reboot": plan.settings["mig_reboot"],
+        "gpu_clients": plan.mig.gpu_clients,
+        "allow_reboot": plan.mig.mig_reboot,
     }
     observed["files"][MIG_LAYOUT_PATH] = json.dumps(layout)
     assert checks(compare(plan, observed)) == [(0, "mig-layout"), (1, "mig-layout")]
@@ -661,7 +661,9 @@ def generated(tmp_path, mode: str, **data):
     plugin = {"shared": SHARED_PLUGIN, "mig": MIG_PLUGIN}.get(mode)
     if plugin:
         (root / "plugin.yaml").write_text(plugin)
-    (root / "kubelet.conf.d" / "50-gpuprov.conf").write_text(kubelet_conf(plan.kubelet_max_pods))
+    (root / "kubelet.conf.d" / "50-gpuprov.conf").write_text(
+        kubelet_conf(plan.kubelet.kubelet_max_pods)
+    )
     (root / "containerd" / "config.toml").write_text(
         f'version = 2\nimports = ["{root}/containerd/conf.d/*.toml"]\n'
     )

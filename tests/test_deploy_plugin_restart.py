@@ -54,7 +54,7 @@ def _deploy(
     """Deploy one fake host whose state is ``probe``; the commands it ran. Its kubelet drop-in
     is missing (the deploy writes it and restarts the kubelet) unless ``kubelet_as_planned``."""
     plan = plan_of(tmp_path, mode, data)
-    config_path = plan.settings["device_plugin_config_path"]
+    config_path = plan.device_plugin.device_plugin_config_path
     text = device_plugin.render(plan)
     managed = [_file_line(config_path, text)] if text is not None else [f"{config_path}\t-"]
     if kubelet_as_planned:

@@ -142,12 +142,12 @@ def test_a_branch_change_on_ubuntu_replaces_the_old_branch(tmp_path):
 
 
 def test_the_host_state_read_covers_every_source_until_os_release_chooses(tmp_path):
-    watch = driver.watch(plan_for(tmp_path).settings)
+    watch = driver.watch(plan_for(tmp_path))
     assert OS_RELEASE_PATH in watch.read
     assert {"nvidia-driver", "nvidia-driver-535-server", "nvidia-driver-*-server"} <= set(
         watch.packages
     )
-    named = driver.watch(plan_for(tmp_path, driver_source="debian-nonfree").settings)
+    named = driver.watch(plan_for(tmp_path, driver_source="debian-nonfree"))
     assert OS_RELEASE_PATH not in named.read
     assert "nvidia-driver-535-server" not in named.packages
 
@@ -170,6 +170,6 @@ def test_an_mps_host_installs_the_mps_binaries_with_the_driver_and_a_time_sliced
 
     _, wanted = driver.packages(debian_host(shared(sharing_strategy="mps")))
     assert wanted.exact == (*DEBIAN_NAMES, "nvidia-cuda-mps")
-    assert "nvidia-cuda-mps" in driver.watch(shared(sharing_strategy="mps").settings).packages
+    assert "nvidia-cuda-mps" in driver.watch(shared(sharing_strategy="mps")).packages
     _, wanted = driver.packages(debian_host(shared()))
     assert wanted.exact == DEBIAN_NAMES

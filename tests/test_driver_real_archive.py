@@ -50,14 +50,18 @@ class _Here:
         return result
 
 
-def settings(version: str) -> dict:
-    return {
-        "driver_version": version,
-        "driver_source": "debian-nonfree",
-        "driver_persistenced": True,
-        "driver_fabric_manager": False,
-        "container_toolkit_version": None,
-    }
+def driver_plan(version: str) -> SimpleNamespace:
+    """The areas of a host plan the pin file reads."""
+    return SimpleNamespace(
+        name=HOST,
+        driver=SimpleNamespace(
+            driver_version=version,
+            driver_source="debian-nonfree",
+            driver_persistenced=True,
+            driver_fabric_manager=False,
+        ),
+        runtime=SimpleNamespace(container_toolkit_version=None),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +90,7 @@ def simulate(lab, version: str, pin: bool) -> tuple[int, dict[str, str], str]:
     current = parse_packages(madison.splitlines())
     resolved = resolution(current, wanted.exact, version, wanted.revision, wanted.own)
     assert resolved.missing == {}, resolved.problem("driver")
-    plan = SimpleNamespace(name=HOST, settings=settings(version))
+    plan = driver_plan(version)
     prefs = f"{ROOT}/preferences.d/{APT_PIN_PATH.rsplit('/', 1)[1]}"
     text = apt_preferences.render(plan, "debian") if pin else ""
     lab.run(HOST, f"cat > {prefs} <<'EOF'\n{text}EOF")

@@ -38,7 +38,7 @@ def key(tmp_path):
 def written(plan, distribution="debian") -> dict[str, str | None]:
     """Every file the deploy would write for ``plan``, by path, as the probe reads it back."""
     files: dict[str, str | None] = {OS_RELEASE_PATH: DEBIAN}
-    for repo in apt_source.repositories(plan.settings):
+    for repo in apt_source.repositories(plan):
         files[repo.source_path] = apt_source.render(repo)
         if repo.keyring_path:
             files[repo.keyring_path] = repo.key_data().decode()

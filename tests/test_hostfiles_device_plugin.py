@@ -64,7 +64,7 @@ def variant(request, tmp_path):
 
 def written(plan) -> dict:
     """The host's files as the deploy leaves them."""
-    return {plan.settings["device_plugin_config_path"]: device_plugin.render(plan)}
+    return {plan.device_plugin.device_plugin_config_path: device_plugin.render(plan)}
 
 
 def test_what_the_deploy_writes_passes_the_check(variant):
@@ -72,7 +72,7 @@ def test_what_the_deploy_writes_passes_the_check(variant):
 
 
 def test_the_probe_reads_the_planned_path(variant):
-    assert device_plugin.paths(variant).files == (variant.settings["device_plugin_config_path"],)
+    assert device_plugin.paths(variant).files == (variant.device_plugin.device_plugin_config_path,)
 
 
 def test_whole_card_hosts_get_no_file_and_any_file_is_a_leftover(tmp_path):
@@ -301,16 +301,16 @@ def test_the_real_plugin_runs_with_what_the_deploy_writes(tmp_path, name):
     effective = plugin_reading(tmp_path, device_plugin.render(plan))
     assert isinstance(effective, dict), effective
     assert effective["flags"]["migStrategy"] == (plan.mig_strategy or "none")
-    if plan.time_slicing:
-        key = "mps" if plan.time_slicing.strategy == "mps" else "timeSlicing"
+    if plan.sharing:
+        key = "mps" if plan.sharing.strategy == "mps" else "timeSlicing"
         slicing = effective["sharing"][key]
-        assert slicing.get("renameByDefault", False) == plan.time_slicing.rename
+        assert slicing.get("renameByDefault", False) == plan.sharing.rename
         assert slicing["failRequestsGreaterThanOne"] == (
-            plan.time_slicing.fail_requests_greater_than_one
+            plan.sharing.fail_requests_greater_than_one
         )
-        assert slicing["resources"][0]["replicas"] == plan.time_slicing.replicas
+        assert slicing["resources"][0]["replicas"] == plan.sharing.replicas
         if key == "mps":
-            assert effective["flags"]["mpsRoot"] == plan.settings["mps_root"]
+            assert effective["flags"]["mpsRoot"] == plan.sharing.mps_root
         else:
             assert not effective["flags"].get("mpsRoot")
 

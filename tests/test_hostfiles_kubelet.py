@@ -53,7 +53,7 @@ def plan_of(tmp_path, variant: str, mode: str = "shared"):
 
 def written(plan, main: str | None = KUBEADM) -> dict:
     """The host's kubelet files as the deploy leaves them, starting from ``main``."""
-    path = plan.settings["kubelet_config_path"]
+    path = plan.kubelet.kubelet_config_path
     out = {path: main}
     out[kubelet.target(plan)] = kubelet.render(plan, main)
     return out
@@ -84,7 +84,7 @@ def test_the_probe_reads_the_main_config_and_every_drop_in(tmp_path):
 def test_in_place_edit_keeps_every_other_line(tmp_path):
     plan = plan_of(tmp_path, "in-place")
     text = kubelet.render(plan, KUBEADM)
-    assert text == KUBEADM.replace("maxPods: 110", f"maxPods: {plan.kubelet_max_pods}")
+    assert text == KUBEADM.replace("maxPods: 110", f"maxPods: {plan.kubelet.kubelet_max_pods}")
     assert kubelet.render(plan, "- not a mapping\n") is None
 
 

@@ -156,14 +156,14 @@ def test_gpu_clients_changed_is_one_finding_naming_them(mig_plan):
         (
             None,
             "mig-layout",
-            f"gpu_clients {mig_plan.settings['gpu_clients']}",
+            f"gpu_clients {mig_plan.mig.gpu_clients}",
             "gpu_clients ['x']",
         )
     ]
 
 
 def test_allow_reboot_flipped_is_one_finding(mig_plan):
-    want = mig_plan.settings["mig_reboot"]
+    want = mig_plan.mig.mig_reboot
 
     found = findings(mig_plan, edited_layout(mig_plan, lambda d: d.update(allow_reboot=not want)))
 

@@ -93,18 +93,21 @@ def test_one_named_config_per_kind_of_host_and_a_label_per_node(cluster):
         "name": "gpuprov-device-plugin-configs",
         "namespace": "nvidia-device-plugin",
     }
-    assert {k: yaml.safe_load(v) for k, v in configmap["data"].items()} == (
-        rendered.device_plugin_configs
-    )
+    assert {k: yaml.safe_load(v) for k, v in configmap["data"].items()} == {
+        k: c.document() for k, c in rendered.device_plugin_configs.items()
+    }
 
 
 def test_the_configmap_holds_what_the_host_file_holds(cluster):
     for host in cluster.hosts:
         text = host_file.render(host)
         if text is None:  # whole cards: no host file, the plugin's defaults
-            assert host_config(host) == {"version": "v1", "flags": {"migStrategy": "none"}}
+            assert host_config(host).document() == {
+                "version": "v1",
+                "flags": {"migStrategy": "none"},
+            }
         else:
-            assert host_config(host) == yaml.safe_load(text), host.name
+            assert host_config(host).document() == yaml.safe_load(text), host.name
 
 
 def _effective_config(plugin, config_file) -> dict:
@@ -139,12 +142,12 @@ def test_nvidia_device_plugin_accepts_every_named_config_with_the_planned_resour
         assert effective["flags"]["migStrategy"] == (host.mig_strategy or "none")
         sharing = effective.get("sharing", {})
         slicing = sharing.get("timeSlicing", {}).get("resources", [])
-        if host.mode == "shared" and host.time_slicing.strategy == "mps":
+        if host.mode == "shared" and host.sharing.strategy == "mps":
             # Written out in full: the plugin's parse leaves nothing to its defaults.
             assert sharing["mps"]["failRequestsGreaterThanOne"] == (
-                host.time_slicing.fail_requests_greater_than_one
+                host.sharing.fail_requests_greater_than_one
             )
-            assert effective["flags"]["mpsRoot"] == host.settings["mps_root"]
+            assert effective["flags"]["mpsRoot"] == host.sharing.mps_root
             (resource,) = sharing["mps"]["resources"]
             advertised = resource.get("rename") or resource["name"]
             assert {advertised: resource["replicas"] * host.gpu_count} == host.resources
@@ -251,7 +254,7 @@ def test_another_mps_root_is_another_config_and_a_warning_about_the_one_chart_va
     names = {n.host: n.labels["nvidia.com/device-plugin.config"] for n in rendered.nodes}
     assert names["a"] == "shared-mps-r2"
     assert names["b"].startswith("shared-mps-r2-root-") and len(names["b"]) <= 63
-    assert rendered.device_plugin_configs[names["b"]]["flags"]["mpsRoot"] == ("/var/lib/nvidia-mps")
+    assert rendered.device_plugin_configs[names["b"]].mps_root == "/var/lib/nvidia-mps"
     [warning] = rendered.warnings
     assert "one mps.root" in warning and "/var/lib/nvidia-mps" in warning
 

@@ -89,7 +89,7 @@ def test_another_replica_count_is_a_finding_naming_the_resource_and_both_counts(
         "nvidia.com/gpu.shared: 8 devices registered with the kubelet",
         "nvidia.com/gpu.shared: 6",
     )
-    assert plan.settings["device_plugin_config_path"] in finding.hint
+    assert plan.device_plugin.device_plugin_config_path in finding.hint
 
 
 def test_a_mig_profile_the_kubelet_lacks_is_named(mig):

@@ -111,8 +111,8 @@ def test_every_kubelet_max_pods_gpuprov_accepts_renders_into_the_same_int32(valu
 def test_auto_lives_under_gpuprovs_own_key_in_the_example():
     plan = build(load(str(KUBESPRAY / "inventory.py")))
     # 4 L40S x 4 time-slicing replicas on top of the kubelet's 110.
-    assert plan.host("gpu-l40s-01").kubelet_max_pods == 110 + 16
-    assert plan.host("gpu-h100-01").kubelet_max_pods == 110
+    assert plan.host("gpu-l40s-01").kubelet.kubelet_max_pods == 110 + 16
+    assert plan.host("gpu-h100-01").kubelet.kubelet_max_pods == 110
 
 
 def _example_with(tmp_path: Path, group: str, line: str) -> Path:
@@ -143,8 +143,8 @@ def test_kubelet_max_pods_auto_is_refused_at_plan_time_naming_file_group_key_and
 def test_gpuprovs_own_key_wins_over_kubesprays(tmp_path):
     path = _example_with(tmp_path, "mig", "gpuprov_kubelet_max_pods = 300")
     plan = build(load(str(path)))
-    assert plan.host("gpu-h100-01").kubelet_max_pods == 300
-    assert plan.host("gpu-l40s-01").kubelet_max_pods == 126
+    assert plan.host("gpu-h100-01").kubelet.kubelet_max_pods == 300
+    assert plan.host("gpu-l40s-01").kubelet.kubelet_max_pods == 126
 
 
 @pytest.mark.parametrize("value", ["300s", "5m", "1h30m", "86400s"])
@@ -168,4 +168,4 @@ def test_kubesprays_own_drain_timeout_default_plans(tmp_path):
     # roles/upgrade/pre-upgrade/defaults/main.yml l.3: `drain_timeout: 360s`
     path = _example_with(tmp_path, "all", 'drain_timeout = "360s"')
     plan = build(load(str(path)))
-    assert plan.host("gpu-h100-01").settings["drain_timeout"] == 360
+    assert plan.host("gpu-h100-01").node.drain_timeout == 360

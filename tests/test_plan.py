@@ -54,8 +54,8 @@ def test_time_slicing_renamed_resource_and_auto_max_pods(tmp_path):
     )
     host = plan.host("n1")
     assert host.resources == {"nvidia.com/gpu.shared": 32}
-    assert host.kubelet_max_pods == 110 + 32
-    assert host.time_slicing.rename and host.time_slicing.fail_requests_greater_than_one
+    assert host.kubelet.kubelet_max_pods == 110 + 32
+    assert host.sharing.rename and host.sharing.fail_requests_greater_than_one
 
 
 def test_time_slicing_without_rename_keeps_nvidia_com_gpu(tmp_path):
@@ -67,7 +67,7 @@ def test_time_slicing_without_rename_keeps_nvidia_com_gpu(tmp_path):
     """,
     )
     assert plan.host("n1").resources == {"nvidia.com/gpu": 6}
-    assert plan.host("n1").kubelet_max_pods == 200
+    assert plan.host("n1").kubelet.kubelet_max_pods == 200
 
 
 def test_mig_single_strategy_advertises_nvidia_com_gpu(tmp_path):
@@ -120,9 +120,9 @@ def test_hosts_outside_mode_groups_are_not_planned(tmp_path):
 
 def test_settings_carry_defaults_for_the_deploy(tmp_path):
     plan = plan_of(tmp_path, 'whole_card = (["n1"], {"gpu_model": "T4", "gpu_count": 1})\n')
-    settings = plan.host("n1").settings
-    assert settings["device_plugin_config_path"] == "/etc/nvidia/device-plugin/config.yaml"
-    assert settings["container_runtime"] == "containerd"
+    host = plan.host("n1")
+    assert host.device_plugin.device_plugin_config_path == "/etc/nvidia/device-plugin/config.yaml"
+    assert host.runtime.container_runtime == "containerd"
 
 
 def test_plan_json_has_the_documented_top_level_shape():
@@ -155,7 +155,7 @@ def test_identical_layouts_are_solved_once(tmp_path, count):
     )
     info = _solve.cache_info()
     assert info.misses == 1 and info.hits == 2 * 4 - 1
-    assert plan.host(f"n{count}b").kubelet_max_pods == 300
+    assert plan.host(f"n{count}b").kubelet.kubelet_max_pods == 300
 
 
 def test_hosts_of_one_kind_share_one_plan_under_their_own_names(tmp_path):

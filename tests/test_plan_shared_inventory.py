@@ -26,7 +26,7 @@ def test_kubespray_style_inventory_plans_with_exit_0():
         "gpu-l40s-01": "shared",
     }
     # Kubespray's kubelet_max_pods means the same in gpuprov, and the group wins over all.
-    assert plan.host("gpu-h100-01").kubelet_max_pods == 110
+    assert plan.host("gpu-h100-01").kubelet.kubelet_max_pods == 110
 
 
 def test_strict_lists_each_foreign_key_once_as_an_error():

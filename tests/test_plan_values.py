@@ -61,7 +61,7 @@ def test_largest_allowed_values_plan(tmp_path):
             )
         )
     )
-    assert plan.host("n1").kubelet_max_pods == 110 + 32 * 1024
+    assert plan.host("n1").kubelet.kubelet_max_pods == 110 + 32 * 1024
 
 
 @pytest.mark.parametrize(

@@ -87,17 +87,17 @@ def test_volcano_scalings_do_not_change_what_the_kubelet_shows(tmp_path):
 
 @pytest.mark.parametrize("flavour", ["hami", "volcano"])
 def test_auto_max_pods_makes_room_for_every_share(tmp_path, flavour):
-    assert cluster(tmp_path, flavour, nodes=1).host("gpu-00").kubelet_max_pods == 110 + 80
+    assert cluster(tmp_path, flavour, nodes=1).host("gpu-00").kubelet.kubelet_max_pods == 110 + 80
 
 
 def test_one_share_per_gpu_adds_no_pods(tmp_path):
     plan = plan_for(tmp_path, "vgpu", vgpu_flavour="hami", vgpu_split_count=1)
-    assert plan.kubelet_max_pods == 110 and plan.resources == {"nvidia.com/gpu": 2}
+    assert plan.kubelet.kubelet_max_pods == 110 and plan.resources == {"nvidia.com/gpu": 2}
 
 
 def test_an_explicit_max_pods_is_kept(tmp_path):
     plan = plan_for(tmp_path, "vgpu", vgpu_flavour="hami", kubelet_max_pods=150)
-    assert plan.kubelet_max_pods == 150
+    assert plan.kubelet.kubelet_max_pods == 150
 
 
 def test_split_count_defaults_to_the_charts_ten(tmp_path):
@@ -108,7 +108,7 @@ def test_split_count_defaults_to_the_charts_ten(tmp_path):
 def test_vgpu_gpus_have_mig_off_and_no_time_slicing(tmp_path):
     plan = plan_for(tmp_path, "vgpu", vgpu_flavour="hami")
     assert [g.mig_enabled for g in plan.gpus] == [False, False]
-    assert plan.time_slicing is None and plan.mig_strategy is None
+    assert plan.sharing is None and plan.mig_strategy is None
 
 
 def test_plan_table_shows_the_flavour_split_and_what_only_the_scheduler_counts(tmp_path):

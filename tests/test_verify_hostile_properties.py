@@ -180,9 +180,9 @@ def _unread(value) -> bool:
 
 def ours(plan) -> list[str]:
     """The files gpuprov writes on this host (their content is all gpuprov's)."""
-    paths = [kubelet.target(plan), plan.settings["containerd_config_path"]]
+    paths = [kubelet.target(plan), plan.runtime.containerd_config_path]
     if plan.mode != "whole_card":
-        paths.append(plan.settings["device_plugin_config_path"])
+        paths.append(plan.device_plugin.device_plugin_config_path)
     if plan.mode == "mig":
         paths.append(MIG_LAYOUT_PATH)
     return paths
@@ -209,7 +209,7 @@ def wrong_node_in_a_written_file(doc, draw, plan):
     path = draw(st.sampled_from(candidates))
     parsed = yaml.safe_load(doc["files"][path])
     nodes = list(_nodes(parsed))
-    if not plan.settings["kubelet_config_dir"] and path == kubelet.target(plan):
+    if not plan.kubelet.kubelet_config_dir and path == kubelet.target(plan):
         nodes = [(at, v) for at, v in nodes if at == ("maxPods",)]  # the rest is the site's
     at, original = draw(st.sampled_from(nodes))
     # null is "unset", which api/config/v1 reads as the default (v1, none, false): no change.

@@ -106,12 +106,11 @@ def fake_host(plan: HostPlan) -> dict:
     package or unit of gpuprov's yet; apt offers the planned versions."""
     probe = matching_probe(plan)
     node = json.dumps({k: v for k, v in probe.items() if k in ("schema", "nvml", "error", "gpus")})
-    settings = plan.settings
-    apt = madison(planned.driver_names(settings), settings["driver_version"])
+    apt = madison(planned.driver_names(plan), plan.driver.driver_version)
     apt += ["nvidia-persistenced | 535.171.04-1~deb12u1 | http://repo.lan/ ./ Packages"]
-    if settings["container_toolkit_version"]:
-        toolkit = settings["container_toolkit_version"].removesuffix("-1")
-        apt += madison(planned.toolkit_packages(settings), toolkit)
+    if plan.runtime.container_toolkit_version:
+        toolkit = plan.runtime.container_toolkit_version.removesuffix("-1")
+        apt += madison(planned.toolkit_packages(plan), toolkit)
     state = ["@@ host:probe", *node.splitlines(), "@@ host:managed", "@@ files", "@@ packages"]
     state += [*apt, "@@ units", "@@ host:hardware", "@@ host:containerd", *CONTAINERD_STATE]
     responses = {
@@ -186,7 +185,7 @@ def words_after(commands: list[str], prefix: str) -> set[str]:
 def as_deployed(plan: HostPlan) -> dict:
     """The probe document of ``plan``'s host as the deploy leaves it."""
     document = matching_probe(plan)
-    if plan.container_runtime == "docker":
+    if plan.runtime.container_runtime == "docker":
         document["files"][DOCKER_DAEMON_PATH] = docker_file.render(plan, None)
     return document
 
@@ -231,7 +230,7 @@ def test_a_host_as_the_deploy_leaves_it_verifies(deployed, host):
 def test_every_file_the_deploy_writes_is_read_and_its_loss_is_a_finding(deployed, host):
     plan, commands = deployed[host]
     files = written(commands)
-    agent = plan.settings["gpuprov_agent_path"]
+    agent = plan.agent.gpuprov_agent_path
     # The agent is read back by running it: without it the probe reports "agent-missing".
     assert agent in files
     for path in sorted(files - {agent}):
@@ -241,7 +240,7 @@ def test_every_file_the_deploy_writes_is_read_and_its_loss_is_a_finding(deployed
         record = file_record_path(path)
         if record in document["files"]:
             document["files"][record] = None
-        if path == containerd_drop_in_path(plan.settings["containerd_config_path"]):
+        if path == containerd_drop_in_path(plan.runtime.containerd_config_path):
             # containerd then runs on the main file alone: that is what its dump shows.
             document["containerd"]["dump"]["text"] = WITHOUT_DROP_IN
         findings = compare(plan, document)
@@ -324,7 +323,7 @@ def test_every_package_the_deploy_holds_is_read_and_checked(deployed, host):
         other = as_deployed(plan)
         other["packages"][name]["version"] = "9.9.9-1"
         findings = compare(plan, other)
-        if name in planned.driver_packages(plan.settings, None)[1].own:
+        if name in planned.driver_packages(plan, None)[1].own:
             assert findings == []  # of its own version: any one will do
         else:
             [finding] = findings

@@ -72,8 +72,8 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
     rows = []
     for host in cluster.hosts:
         memory = ""
-        if host.time_slicing and host.time_slicing.memory:
-            memory = host.time_slicing.memory.label()
+        if host.sharing and host.sharing.memory:
+            memory = host.sharing.memory.label()
         elif host.vgpu and host.vgpu.memory:
             memory = host.vgpu.memory.label()
         rows.append(
@@ -83,7 +83,7 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
                 f"{host.gpu_count} x {host.gpu_model}",
                 _sharing(host),
                 memory,
-                host.kubelet_max_pods,
+                host.kubelet.kubelet_max_pods,
                 "\n".join(_resource_lines(host)),
             ]
         )
@@ -110,8 +110,8 @@ def plan(inventory: str, limit: tuple[str, ...], strict: bool, fmt: str) -> None
 
 def _sharing(host: plan_.HostPlan) -> str:
     """How the host's GPUs are shared: the strategy and replicas, or the vGPU flavour and split."""
-    if host.time_slicing:
-        return f"{host.time_slicing.strategy} x{host.time_slicing.replicas}"
+    if host.sharing:
+        return f"{host.sharing.strategy} x{host.sharing.replicas}"
     if host.vgpu:
         v = host.vgpu
         text = f"{v.flavour} x{v.split_count}"

@@ -78,8 +78,8 @@ def fact_arguments(plan: HostPlan, health: bool = True) -> dict[str, Any]:
     ``verify_kubelet_devices`` is off), and the packages and units the deploy manages."""
     wanted = wanted_files(plan)
     return {
-        "agent_path": plan.settings["gpuprov_agent_path"],
-        "python": plan.settings["gpuprov_python"],
+        "agent_path": plan.agent.gpuprov_agent_path,
+        "python": plan.agent.gpuprov_python,
         "files": list(wanted.files),
         "globs": list(wanted.globs),
         "containerd": containerd_main(plan),
@@ -112,7 +112,7 @@ def verify_live(
     connect_errors = _ConnectErrors()
     state.add_callback_handler(connect_errors)
     state.add_callback_handler(
-        keepalive.Keepalive({p.name: p.settings["gpuprov_ssh_dead_after"] for p in plans})
+        keepalive.Keepalive({p.name: p.timeouts.gpuprov_ssh_dead_after for p in plans})
     )
     try:
         connect_all(state)
@@ -174,7 +174,7 @@ def _probe(state: State, host: Host, plan: HostPlan, health: bool) -> dict[str, 
     is lost, is an ``unreachable`` finding naming the limit: one host cannot hold up the report.
     The host's own connector arguments (``_sudo`` in its data, ...) apply, as to a fact.
     """
-    limit = plan.settings["gpuprov_timeout_probe"]
+    limit = plan.timeouts.gpuprov_timeout_probe
     fact = VerifyProbe()
     command = fact.command(**fact_arguments(plan, health))
     started = time.monotonic()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gpuprov.core import catalog
@@ -29,6 +29,26 @@ from gpuprov.core.memory_budget import (
     vgpu_share_memory,
 )
 from gpuprov.core.mig.solver import solve
+from gpuprov.core.plan_areas import (
+    AREAS,
+    MODE_AREAS,
+    Agent,
+    Budget,
+    ContainerRuntime,
+    DevicePlugin,
+    Driver,
+    Health,
+    Kubelet,
+    Mig,
+    Node,
+    Pool,
+    Queues,
+    Sharing,
+    Timeouts,
+    area,
+    host_areas,
+    settings_of,
+)
 from gpuprov.core.variables import (
     NOT_SET,
     OWN_PREFIX,
@@ -46,7 +66,6 @@ from gpuprov.host.contract import (
     MODES,
     PLAN_SCHEMA,
     SHARING_MPS,
-    SHARING_TIME_SLICING,
     VOLCANO_MEMORY_RESOURCE,
 )
 from gpuprov.host.mig.instance import Instance
@@ -75,29 +94,10 @@ class GpuPlan:
 
 
 @dataclass(frozen=True)
-class TimeSlicing:
-    """The sharing of a ``shared`` host's GPUs: replicas per GPU under the device plugin's
-    ``strategy`` (``time-slicing`` or ``mps``), and the memory one replica may use."""
-
-    replicas: int
-    rename: bool
-    fail_requests_greater_than_one: bool
-    strategy: str = SHARING_TIME_SLICING
-    memory: ShareMemory | None = None
-
-    def as_dict(self) -> dict:
-        return {
-            "replicas": self.replicas,
-            "rename": self.rename,
-            "fail_requests_greater_than_one": self.fail_requests_greater_than_one,
-            "strategy": self.strategy,
-            "memory_per_share": self.memory.as_dict() if self.memory else None,
-        }
-
-
-@dataclass(frozen=True)
 class HostPlan:
-    """One host's plan. ``settings`` holds every gpuprov variable, checked, defaults filled in."""
+    """One host's plan: its GPUs and resources, and its settings by area
+    (``gpuprov.core.plan_areas``), every value checked and resolved. ``sharing`` is set on
+    ``shared`` hosts, ``vgpu`` on ``vgpu`` hosts, ``budget`` on both."""
 
     name: str
     mode: str
@@ -106,13 +106,38 @@ class HostPlan:
     gpu_count: int
     gpus: tuple[GpuPlan, ...]
     resources: dict[str, int]
-    kubelet_max_pods: int
-    driver_version: str | None
-    container_runtime: str
-    mig_strategy: str | None
-    time_slicing: TimeSlicing | None
-    settings: dict[str, Any] = field(compare=False)
+    driver: Driver
+    runtime: ContainerRuntime
+    device_plugin: DevicePlugin
+    mig: Mig
+    kubelet: Kubelet
+    agent: Agent
+    node: Node
+    pool: Pool
+    timeouts: Timeouts
+    health: Health
+    queues: Queues
+    sharing: Sharing | None = None
+    budget: Budget | None = None
     vgpu: Vgpu | None = None  # the HAMi-core shares of a host in `vgpu`
+
+    @property
+    def mig_strategy(self) -> str | None:
+        """The device plugin's MIG strategy: None unless the host is in ``mig``."""
+        return self.mig.mig_strategy
+
+    def document_settings(self) -> dict[str, Any]:
+        """Every inventory key the host's mode reads, with its checked, resolved value."""
+        out = {"gpu_model": self.gpu_model, "gpu_count": self.gpu_count}
+        for name in (*AREAS, *MODE_AREAS, "vgpu"):
+            value = getattr(self, name)
+            if value is not None:
+                out.update(settings_of(value))
+        return {
+            k: out[k]
+            for k, var in VARIABLES.items()
+            if k in out and (not var.modes or self.mode in var.modes)
+        }
 
     def as_dict(self) -> dict:
         return {
@@ -121,15 +146,16 @@ class HostPlan:
             "groups": list(self.groups),
             "gpu_model": self.gpu_model,
             "gpu_count": self.gpu_count,
-            "driver_version": self.driver_version,
-            "container_runtime": self.container_runtime,
+            "driver_version": self.driver.driver_version,
+            "container_runtime": self.runtime.container_runtime,
             "mig_strategy": self.mig_strategy,
-            "time_slicing": self.time_slicing.as_dict() if self.time_slicing else None,
+            # The key keeps its name; it holds time-slicing or MPS (``strategy``).
+            "time_slicing": self.sharing.as_dict() if self.sharing else None,
             "vgpu": self.vgpu.as_dict() if self.vgpu else None,
-            "kubelet_max_pods": self.kubelet_max_pods,
+            "kubelet_max_pods": self.kubelet.kubelet_max_pods,
             "resources": self.resources,
             "gpus": [g.as_dict() for g in self.gpus],
-            "settings": self.settings,
+            "settings": self.document_settings(),
         }
 
 
@@ -138,8 +164,8 @@ class ClusterPlan:
     inventory: str
     hosts: tuple[HostPlan, ...]
     # What the plan allows but the user must hear about on every plan and deploy (a memory
-    # overcommit the inventory asked for).
-    warnings: tuple[Problem, ...] = ()
+    # overcommit the inventory asked for), each as the line the user reads.
+    warnings: tuple[str, ...] = ()
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -168,7 +194,7 @@ class ClusterPlan:
             "hosts": [h.as_dict() for h in self.hosts],
             "totals": self.totals,
             "vgpu_totals": self.vgpu_totals,
-            "warnings": [str(w) for w in self.warnings],
+            "warnings": list(self.warnings),
         }
 
 
@@ -210,7 +236,7 @@ def build(
             else "the inventory defines no host"
         )
         raise InputError([Problem(inventory.path, f"{nothing}: nothing to plan")])
-    return ClusterPlan(inventory.path, tuple(hosts), tuple(merged(warnings)))
+    return ClusterPlan(inventory.path, tuple(hosts), tuple(str(w) for w in merged(warnings)))
 
 
 def _one_volcano_memory_factor(path: str, hosts: list[HostPlan]) -> list[Problem]:
@@ -296,27 +322,23 @@ class _HostPlanner:
             )
         if self.problems:
             return None
-        time_slicing = None
+        sharing = None
         if mode == "shared":
-            time_slicing = TimeSlicing(
-                settings["time_slicing_replicas"],
-                settings["time_slicing_rename"],
-                settings["time_slicing_fail_requests_greater_than_one"],
-                settings["sharing_strategy"],
-                self.share_memory(model, settings),
-            )
+            sharing = area(Sharing, settings, memory=self.share_memory(model, settings))
             if self.problems:
                 return None
         resources = (
             dict(vgpu.allocatable)
             if vgpu
-            else _resources(mode, gpus, time_slicing, settings["mig_strategy"])
+            else _resources(mode, gpus, sharing, settings["mig_strategy"])
         )
         # gpuprov's own key wins; Kubespray's (a number only) is read when gpuprov's is unset.
         max_pods = settings["gpuprov_kubelet_max_pods"] or settings["kubelet_max_pods"] or "auto"
         if max_pods == "auto":
             max_pods = KUBELET_DEFAULT_MAX_PODS + sum(g.replicas for g in gpus if g.replicas > 1)
-        settings["gpu_model"] = model.alias
+        # Resolved once, here: the plan holds the number, under both keys.
+        resolved = {"kubelet_max_pods": max_pods, "gpuprov_kubelet_max_pods": max_pods}
+        areas = host_areas({**settings, **resolved}, mode)
         return HostPlan(
             name=self.host.name,
             mode=mode,
@@ -325,13 +347,9 @@ class _HostPlanner:
             gpu_count=count,
             gpus=gpus,
             resources=resources,
-            kubelet_max_pods=max_pods,
-            driver_version=settings["driver_version"],
-            container_runtime=settings["container_runtime"],
-            mig_strategy=settings["mig_strategy"] if mode == "mig" else None,
-            time_slicing=time_slicing,
-            settings=settings,
+            sharing=sharing,
             vgpu=vgpu,
+            **areas,
         )
 
     def unplanned(self) -> None:
@@ -563,14 +581,14 @@ def _layout_text(layout: dict[str, int]) -> str:
 
 
 def _resources(
-    mode: str, gpus: tuple[GpuPlan, ...], time_slicing: TimeSlicing | None, mig_strategy: str | None
+    mode: str, gpus: tuple[GpuPlan, ...], sharing: Sharing | None, mig_strategy: str | None
 ) -> dict[str, int]:
     """The extended resources the node advertises, by the device plugin's naming rules."""
     out: Counter[str] = Counter()
     for gpu in gpus:
         if mode == "shared":
-            assert time_slicing is not None
-            name = GPU_RESOURCE + ".shared" if time_slicing.rename else GPU_RESOURCE
+            assert sharing is not None
+            name = GPU_RESOURCE + ".shared" if sharing.rename else GPU_RESOURCE
             out[name] += gpu.replicas
         elif gpu.mig_enabled and mig_strategy == "single":
             out[GPU_RESOURCE] += len(gpu.instances)

@@ -96,6 +96,14 @@ class Variable:
     doc: str
     check: Callable[[Any], Any]
     modes: tuple[str, ...] = ()  # non-empty: only hosts in these mode groups may set it
+    # The check of the value in a plan document (gpuprov.core.plan_document), where ``check``
+    # would look at this machine (a local file) or accepts what planning resolves (``auto``),
+    # or the document's JSON spells the value otherwise (integer keys as strings); None: check.
+    planned: Callable[[Any], Any] | None = None
+
+    def check_planned(self, value: Any) -> Any:
+        """``value`` as a plan document holds it, checked; ValueError when it is wrong."""
+        return (self.planned or self.check)(value)
 
 
 def _int(minimum: int, maximum: int, why: str) -> Callable[[Any], int]:
@@ -305,6 +313,13 @@ def _layout(value: Any) -> dict[str, int]:
     return dict(value)
 
 
+def _integer_keys(value: Any) -> Any:
+    """A JSON object's keys that spell integers (``"0"``) as integers; anything else as it is."""
+    if not isinstance(value, dict):
+        return value
+    return {int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in value.items()}
+
+
 def _layout_by_gpu(value: Any) -> dict[int, dict[str, int] | None]:
     if not isinstance(value, dict):
         raise ValueError(f"must be a mapping of GPU index to layout, got {shown(value)}")
@@ -381,6 +396,7 @@ _VARIABLES = [
         "Local path of the repository's signing key (armored or "
         "binary); installed as the source's `signed-by` keyring. Must exist on this machine.",
         _optional(_local_file),
+        planned=_optional(_str),
     ),
     Variable("driver_reboot", False, "Allow a reboot when a driver change needs one.", _bool),
     Variable(
@@ -428,6 +444,7 @@ _VARIABLES = [
         None,
         "Local path of the toolkit repository's signing key. Must exist on this machine.",
         _optional(_local_file),
+        planned=_optional(_str),
     ),
     Variable(
         "containerd_config_path",
@@ -533,6 +550,7 @@ _VARIABLES = [
         "`{}` enables MIG with no instances (`mig-enabled: true`, empty `mig-devices`).",
         _layout_by_gpu,
         modes=("mig",),
+        planned=lambda value: _layout_by_gpu(_integer_keys(value)),
     ),
     Variable(
         "mig_strategy",
@@ -615,6 +633,7 @@ _VARIABLES = [
         "Local kubeconfig: cordon and drain the node around a disruptive change. Must exist "
         "on this machine.",
         _optional(_local_file),
+        planned=_optional(_str),
     ),
     Variable(
         "kube_node_name",
@@ -631,6 +650,7 @@ _VARIABLES = [
         f"{DRAIN_TIMEOUT_MAX}s (a day; longer is a hung deploy); a number without a unit is "
         "refused (kubectl refuses it).",
         _drain_timeout,
+        planned=_int(1, DRAIN_TIMEOUT_MAX, "a day"),  # a plan holds the seconds
     ),
 ]
 

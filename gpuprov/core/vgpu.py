@@ -24,7 +24,7 @@ carries the result in ``HostPlan.vgpu``. Both flavours run a device plugin built
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuprov.core.memory_budget import ShareMemory
 from gpuprov.host.contract import VGPU_CORES_PER_GPU, VGPU_RESOURCES
@@ -35,15 +35,17 @@ class Vgpu:
     """A ``vgpu`` host's shares. ``advertised``: per resource name, what the flavour's scheduler
     counts on the node; ``allocatable``: the part the kubelet shows in ``status.allocatable``."""
 
-    flavour: str
-    split_count: int
-    memory_scaling: float
-    core_scaling: float
-    memory_factor: int
-    advertised: dict[str, int]
-    allocatable: dict[str, int]
+    # Each field of an inventory key names it (gpuprov.core.plan_areas: Vgpu is the area of the
+    # vgpu_* keys); the rest is worked out from them.
+    flavour: str = field(metadata={"key": "vgpu_flavour"})
+    split_count: int = field(metadata={"key": "vgpu_split_count"})
+    memory_scaling: float = field(metadata={"key": "vgpu_memory_scaling"})
+    core_scaling: float = field(metadata={"key": "vgpu_core_scaling"})
+    memory_factor: int = field(metadata={"key": "vgpu_memory_factor"})
+    advertised: dict[str, int] = field(metadata={"derived": True})
+    allocatable: dict[str, int] = field(metadata={"derived": True})
     # What one share may use (``memory_per_share_gib``, else an even split); the planner sets it.
-    memory: ShareMemory | None = None
+    memory: ShareMemory | None = field(default=None, metadata={"derived": True})
 
     @classmethod
     def of(

@@ -65,7 +65,7 @@ def nodes(cluster: ClusterPlan, images: int = 0) -> list[dict]:
     for i, want in enumerate(manifests.render(cluster, manifests.DEFAULT_NAMESPACE).nodes):
         plan = by_host[want.host]
         allocatable = {resource: str(n) for resource, n in plan.resources.items()}
-        allocatable["pods"] = str(plan.kubelet_max_pods)
+        allocatable["pods"] = str(plan.kubelet.kubelet_max_pods)
         node = kwok.fake_node(
             want.name, want.labels, allocatable, [t.as_api() for t in want.taints], index=i
         )

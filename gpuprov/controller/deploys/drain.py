@@ -12,13 +12,13 @@ from gpuprov.controller.operations import kube
 
 
 def node_name(view: HostView) -> str:
-    return view.settings["kube_node_name"] or view.plan.name
+    return view.plan.node.kube_node_name or view.plan.name
 
 
 @deploy("Drain the node")
 def drain(view: HostView, reasons: list[str]) -> None:
-    settings = view.settings
-    if settings["kubeconfig"] is None:
+    plan = view.plan
+    if plan.node.kubeconfig is None:
         logger.warning(
             f"{host.print_prefix}disruptive change ({'; '.join(reasons)}): pods "
             "using these GPUs will be disrupted; set kubeconfig to have gpuprov "
@@ -28,17 +28,17 @@ def drain(view: HostView, reasons: list[str]) -> None:
     kube.drained(
         name=f"cordon and drain {node_name(view)}",
         node=node_name(view),
-        kubeconfig=settings["kubeconfig"],
-        timeout=settings["drain_timeout"],
-        _timeout=settings["drain_timeout"] + DRAIN_MARGIN,
+        kubeconfig=plan.node.kubeconfig,
+        timeout=plan.node.drain_timeout,
+        _timeout=plan.node.drain_timeout + DRAIN_MARGIN,
     )
 
 
 @deploy("Uncordon the node")
 def uncordon(view: HostView) -> None:
-    if view.settings["kubeconfig"] is not None:
+    if view.plan.node.kubeconfig is not None:
         kube.uncordoned(
             name=f"uncordon {node_name(view)}",
             node=node_name(view),
-            kubeconfig=view.settings["kubeconfig"],
+            kubeconfig=view.plan.node.kubeconfig,
         )

@@ -17,6 +17,7 @@ from gpuprov.core.hostfiles import apt_preferences, apt_source, nouveau_blacklis
 from gpuprov.core.packaging import planned, profiles
 from gpuprov.core.packaging.profiles import DriverPackages, Profile
 from gpuprov.core.packaging.versions import upstream
+from gpuprov.core.plan import HostPlan
 from gpuprov.host.contract import (
     APT_PIN_PATH,
     DRIVER_REPO,
@@ -29,23 +30,23 @@ def packages(view: HostView) -> tuple[Profile, DriverPackages]:
     """The host's source and the planned driver's packages on it (ProfileError when the source
     cannot give what the plan asks for)."""
     distribution = profiles.os_release_id(view.text(OS_RELEASE_PATH))
-    return planned.driver_packages(view.settings, distribution)
+    return planned.driver_packages(view.plan, distribution)
 
 
-def watch(settings: dict) -> Watch:
+def watch(plan: HostPlan) -> Watch:
     """The pin file always (it may have to go); with a planned driver, every package name and
     installed-package pattern of its possible sources (the host's /etc/os-release may choose)."""
     out = Watch(paths=(APT_PIN_PATH,))
-    if settings["driver_version"] is None:
+    if plan.driver.driver_version is None:
         return out
-    named = settings["driver_source"]
+    named = plan.driver.driver_source
     out += Watch(
         paths=(NOUVEAU_BLACKLIST_PATH,) + (() if named else (OS_RELEASE_PATH,)),
         read=() if named else (OS_RELEASE_PATH,),
-        packages=planned.driver_names(settings),
-        units=tuple(planned.driver_units(settings)),
+        packages=planned.driver_names(plan),
+        units=tuple(planned.driver_units(plan)),
     )
-    repository = apt_source.repository(settings, DRIVER_REPO)
+    repository = apt_source.repository(plan, DRIVER_REPO)
     if repository:
         out += repo.watch(repository)
     return out
@@ -59,8 +60,8 @@ def removed(view: HostView, chosen: Profile, wanted: DriverPackages) -> list[str
 
 def changes(view: HostView) -> bool:
     """Whether the installed driver differs from the plan (a disruptive change)."""
-    settings = view.settings
-    version = settings["driver_version"]
+    plan = view.plan
+    version = plan.driver.driver_version
     if version is None:
         return False
     try:
@@ -76,7 +77,7 @@ def changes(view: HostView) -> bool:
 def reboot_pending(view: HostView) -> bool:
     """The driver nvidia-smi reports (the loaded module) is not the installed, planned one."""
     loaded = {g["driver_version"] for g in view.hardware["gpus"]} - {None}
-    return bool(loaded) and loaded != {view.settings["driver_version"]}
+    return bool(loaded) and loaded != {view.plan.driver.driver_version}
 
 
 def pin_file(view: HostView) -> None:
@@ -93,8 +94,8 @@ def pin_file(view: HostView) -> None:
 
 @deploy("NVIDIA driver")
 def driver(view: HostView) -> None:
-    settings = view.settings
-    version = settings["driver_version"]
+    plan = view.plan
+    version = plan.driver.driver_version
     pin_file(view)
     if version is None:
         return
@@ -121,10 +122,10 @@ def driver(view: HostView) -> None:
             revision=wanted.revision,
             own=list(wanted.own),
             remove=remove,
-            _timeout=settings["gpuprov_timeout_packages"],
+            _timeout=plan.timeouts.gpuprov_timeout_packages,
         )
 
-    wanted_units = planned.driver_units(settings)
+    wanted_units = planned.driver_units(plan)
     if any(
         view.units.get(u, {}).get("enabled") != "enabled"
         or view.units.get(u, {}).get("active") != "active"
@@ -133,14 +134,14 @@ def driver(view: HostView) -> None:
         service(
             name="driver services enabled and running",
             units=wanted_units,
-            _timeout=settings["gpuprov_timeout_service"],
+            _timeout=plan.timeouts.gpuprov_timeout_service,
         )
 
     exact_wrong = [p for p in wrong if p in wanted.exact]
     needs_reboot = bool(resolved.missing or exact_wrong or remove) or reboot_pending(view)
     if not needs_reboot:
         return
-    if settings["driver_reboot"]:
+    if plan.driver.driver_reboot:
         already_pending = reboot_pending(view)
         server.reboot(
             name=f"reboot to load driver {version}",

@@ -23,15 +23,14 @@ from gpuprov.core.plan import HostPlan
 
 def watch(plan: HostPlan) -> Watch:
     """Everything the deploy steps compare, for the one read of the host state."""
-    s = plan.settings
     return (
-        driver.watch(s)
-        + runtime.watch(s)
-        + mig.watch(s, plan.mode)
+        driver.watch(plan)
+        + runtime.watch(plan)
+        + mig.watch(plan, plan.mode)
         + leftovers.watch(plan.mode)
         + mps.watch()
-        + plugin_config.watch(s)
-        + max_pods.watch(s)
+        + plugin_config.watch(plan)
+        + max_pods.watch(plan)
     )
 
 
@@ -39,7 +38,7 @@ def disruptions(view: HostView) -> list[str]:
     """Why this run would disturb running pods (empty when it would not)."""
     reasons = []
     if driver.changes(view):
-        reasons.append(f"driver change to {view.settings['driver_version']}")
+        reasons.append(f"driver change to {view.plan.driver.driver_version}")
     actions = mig.pending_actions(view)
     if actions and disruptive(actions):
         reasons.append("MIG change on GPU " + ", ".join(str(a.index) for a in actions))

@@ -38,6 +38,6 @@ def leftovers(view: HostView) -> None:
             name=f"{MIG_UNIT} gone (host left mig)",
             unit=MIG_UNIT,
             path=MIG_UNIT_PATH,
-            _timeout=view.settings["gpuprov_timeout_service"],
+            _timeout=view.plan.timeouts.gpuprov_timeout_service,
         )
     ensure_file(view, f"{MIG_LAYOUT_PATH} gone (host left mig)", MIG_LAYOUT_PATH, present=False)

@@ -11,13 +11,14 @@ from gpuprov.controller.deploys.view import HostView, Watch, changed, ensure_fil
 from gpuprov.controller.operations import kubelet_config as kubelet_ops
 from gpuprov.controller.operations.units import restarted
 from gpuprov.core.hostfiles import kubelet as kubelet_file
+from gpuprov.core.plan import HostPlan
 from gpuprov.host.contract import KUBELET_UNIT, kubelet_drop_in_path
 
 
-def watch(settings: dict) -> Watch:
-    if settings["kubelet_config_dir"]:
-        return Watch(paths=(kubelet_drop_in_path(settings["kubelet_config_dir"]),))
-    path = settings["kubelet_config_path"]
+def watch(plan: HostPlan) -> Watch:
+    if plan.kubelet.kubelet_config_dir:
+        return Watch(paths=(kubelet_drop_in_path(plan.kubelet.kubelet_config_dir),))
+    path = plan.kubelet.kubelet_config_path
     return Watch(paths=(path,), read=(path,))
 
 
@@ -25,9 +26,9 @@ def watch(settings: dict) -> Watch:
 def kubelet(view: HostView) -> OperationMeta | None:
     """kubelet ``maxPods`` (a drop-in, or the main file), the kubelet restarted when it
     changed; returns the restart (None when nothing could change)."""
-    plan, max_pods = view.plan, view.plan.kubelet_max_pods
+    plan, max_pods = view.plan, view.plan.kubelet.kubelet_max_pods
     path = kubelet_file.target(plan)
-    if view.settings["kubelet_config_dir"]:
+    if view.plan.kubelet.kubelet_config_dir:
         op = ensure_file(
             view, f"kubelet drop-in: maxPods {max_pods}", path, kubelet_file.render(plan) or ""
         )
@@ -44,5 +45,5 @@ def kubelet(view: HostView) -> OperationMeta | None:
         name="restart kubelet",
         unit=KUBELET_UNIT,
         _if=changed(op),
-        _timeout=view.settings["gpuprov_timeout_service"],
+        _timeout=view.plan.timeouts.gpuprov_timeout_service,
     )

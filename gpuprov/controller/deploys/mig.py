@@ -29,8 +29,8 @@ def document(plan: HostPlan) -> dict[str, Any]:
     return layout_file.from_plan(plan).as_dict()
 
 
-def watch(settings: dict, mode: str) -> Watch:
-    out = Watch(paths=(settings["gpuprov_agent_path"],))
+def watch(plan: HostPlan, mode: str) -> Watch:
+    out = Watch(paths=(plan.agent.gpuprov_agent_path,))
     if mode == "mig":
         out += Watch(paths=(MIG_LAYOUT_PATH, MIG_UNIT_PATH), units=(MIG_UNIT,))
     return out
@@ -46,14 +46,14 @@ def agent(view: HostView) -> None:
     ensure_file(
         view,
         "host agent (probe + MIG applier)",
-        view.settings["gpuprov_agent_path"],
+        view.plan.agent.gpuprov_agent_path,
         build_bundle(),
     )
 
 
 @deploy("MIG layout")
 def mig_layout(view: HostView) -> list[OperationMeta]:
-    settings = view.settings
+    plan = view.plan
     ensure_file(
         view, f"MIG layout {MIG_LAYOUT_PATH}", MIG_LAYOUT_PATH, layout_file.render(view.plan)
     )
@@ -65,29 +65,29 @@ def mig_layout(view: HostView) -> list[OperationMeta]:
             name=f"{MIG_UNIT} enabled at boot",
             units=[MIG_UNIT],
             running=None,
-            _timeout=settings["gpuprov_timeout_service"],
+            _timeout=plan.timeouts.gpuprov_timeout_service,
         )
-    return _apply(view, MIG_LAYOUT_PATH, upload=False, reboot=settings["mig_reboot"])
+    return _apply(view, MIG_LAYOUT_PATH, upload=False, reboot=plan.mig.mig_reboot)
 
 
 @deploy("MIG off")
 def mig_off(view: HostView) -> list[OperationMeta]:
-    return _apply(view, MIG_OFF_PATH, upload=True, reboot=view.settings["mig_reboot"])
+    return _apply(view, MIG_OFF_PATH, upload=True, reboot=view.plan.mig.mig_reboot)
 
 
 def _apply(view: HostView, path: str, upload: bool, reboot: bool) -> list[OperationMeta]:
     """The apply operations scheduled (none when the host state shows the GPUs as planned)."""
     if pending_actions(view) == []:
         return []
-    settings = view.settings
+    plan = view.plan
     kwargs = dict(
         document=document(view.plan),
         layout_path=path,
-        agent_path=settings["gpuprov_agent_path"],
-        python=settings["gpuprov_python"],
+        agent_path=plan.agent.gpuprov_agent_path,
+        python=plan.agent.gpuprov_python,
         upload=upload,
     )
-    limit = settings["gpuprov_timeout_mig"]
+    limit = plan.timeouts.gpuprov_timeout_mig
     first = applied(name="MIG as planned (incremental)", _timeout=limit, **kwargs)
     if not reboot:
         return [first]

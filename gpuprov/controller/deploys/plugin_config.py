@@ -15,11 +15,12 @@ from pyinfra.operations import server
 
 from gpuprov.controller.deploys.view import HostView, Watch, changed, ensure_file
 from gpuprov.core.hostfiles import device_plugin as config
+from gpuprov.core.plan import HostPlan
 from gpuprov.host.contract import KUBELET_DEVICE_PLUGIN_DIR
 
 
-def watch(settings: dict) -> Watch:
-    return Watch(paths=(settings["device_plugin_config_path"],))
+def watch(plan: HostPlan) -> Watch:
+    return Watch(paths=(plan.device_plugin.device_plugin_config_path,))
 
 
 @deploy("Device plugin config")
@@ -40,11 +41,11 @@ def device_plugin(
 
         device_plugin(view, mig_changes=mig.mig_layout(view))
     """
-    path = view.settings["device_plugin_config_path"]
+    path = view.plan.device_plugin.device_plugin_config_path
     text = config.render(view.plan)
     what = {
-        "shared": f"{view.plan.time_slicing.strategy} x{view.plan.time_slicing.replicas}"
-        if view.plan.time_slicing
+        "shared": f"{view.plan.sharing.strategy} x{view.plan.sharing.replicas}"
+        if view.plan.sharing
         else "",
         "mig": f"MIG {view.plan.mig_strategy}",
         "whole_card": "none (whole cards)",
@@ -60,9 +61,9 @@ def device_plugin(
         return None
     return server.shell(
         name="device plugin restarts: its config or the GPUs' MIG state changed",
-        commands=[view.settings["device_plugin_reload_command"]],
+        commands=[view.plan.device_plugin.device_plugin_reload_command],
         _if=changed(*triggers),
-        _timeout=view.settings["gpuprov_timeout_service"],
+        _timeout=view.plan.timeouts.gpuprov_timeout_service,
     )
 
 
@@ -77,11 +78,16 @@ def settled(view: HostView, restarts: Sequence[OperationMeta | None]) -> None:
 
         settled(view, [device_plugin(view, mig_changes), kubelet(view)])
     """
-    s = view.settings
+    plan = view.plan
     ops = [op for op in restarts if op is not None]
-    if not ops or not s["verify_kubelet_devices"] or view.plan.vgpu or not view.plan.resources:
+    if (
+        not ops
+        or not plan.kubelet.verify_kubelet_devices
+        or view.plan.vgpu
+        or not view.plan.resources
+    ):
         return
-    timeout = s["gpuprov_timeout_service"]
+    timeout = plan.timeouts.gpuprov_timeout_service
     wants = [f"--want={r}={n}" for r, n in sorted(view.plan.resources.items())]
     server.shell(
         name="the kubelet has the planned devices: "
@@ -89,8 +95,8 @@ def settled(view: HostView, restarts: Sequence[OperationMeta | None]) -> None:
         commands=[
             shlex.join(
                 [
-                    s["gpuprov_python"],
-                    s["gpuprov_agent_path"],
+                    plan.agent.gpuprov_python,
+                    plan.agent.gpuprov_agent_path,
                     "settle",
                     f"--dir={KUBELET_DEVICE_PLUGIN_DIR}",
                     *wants,

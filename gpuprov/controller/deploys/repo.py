@@ -30,11 +30,11 @@ def repository(view: HostView, repo: apt_source.Repository):
             name=f"apt-get update ({repo.name})",
             commands=[APT_UPDATE],
             _if=changed(key_op, source_op),
-            _timeout=view.settings["gpuprov_timeout_apt_update"],
+            _timeout=view.plan.timeouts.gpuprov_timeout_apt_update,
         )
     return None
 
 
 def planned(view: HostView, name: str) -> apt_source.Repository | None:
     """The plan's repository ``name`` (DRIVER_REPO, TOOLKIT_REPO), if it adds one."""
-    return apt_source.repository(view.settings, name)
+    return apt_source.repository(view.plan, name)

@@ -17,6 +17,7 @@ from gpuprov.core.hostfiles import containerd as containerd_file
 from gpuprov.core.hostfiles import docker as daemon_file
 from gpuprov.core.packaging import planned
 from gpuprov.core.packaging.profiles import TOOLKIT_PACKAGES, TOOLKIT_REVISION
+from gpuprov.core.plan import HostPlan
 from gpuprov.host.contract import (
     DOCKER_DAEMON_PATH,
     DOCKER_UNIT,
@@ -26,21 +27,21 @@ from gpuprov.host.contract import (
 )
 
 
-def watch(settings: dict) -> Watch:
-    out = Watch(packages=planned.toolkit_packages(settings))
-    repository = apt_source.repository(settings, TOOLKIT_REPO)
+def watch(plan: HostPlan) -> Watch:
+    out = Watch(packages=planned.toolkit_packages(plan))
+    repository = apt_source.repository(plan, TOOLKIT_REPO)
     if repository:
         out += repo.watch(repository)
-    if settings["container_runtime"] == "containerd":
-        main = settings["containerd_config_path"]
+    if plan.runtime.container_runtime == "containerd":
+        main = plan.runtime.containerd_config_path
         return out + Watch(paths=(containerd_drop_in_path(main), main), read=(main,))
     return out + Watch(paths=(DOCKER_DAEMON_PATH,), read=(DOCKER_DAEMON_PATH,))
 
 
 @deploy("Container runtime")
 def container_runtime(view: HostView) -> None:
-    settings = view.settings
-    version = settings["container_toolkit_version"]
+    plan = view.plan
+    version = plan.runtime.container_toolkit_version
     if version:
         repository = repo.planned(view, TOOLKIT_REPO)
         if repository:
@@ -56,9 +57,9 @@ def container_runtime(view: HostView) -> None:
                 version=version,
                 what="container toolkit",
                 revision=TOOLKIT_REVISION,
-                _timeout=settings["gpuprov_timeout_packages"],
+                _timeout=plan.timeouts.gpuprov_timeout_packages,
             )
-    if settings["container_runtime"] == "containerd":
+    if plan.runtime.container_runtime == "containerd":
         _containerd(view)
     else:
         _docker(view)
@@ -67,7 +68,7 @@ def container_runtime(view: HostView) -> None:
 def _containerd(view: HostView) -> None:
     """Schedule the swap only when what containerd's own dump asks for differs from the host
     (or the host is to be refused: the operation says why)."""
-    path = view.settings["containerd_config_path"]
+    path = view.plan.runtime.containerd_config_path
     try:
         main, drop_in = containerd_file.render(view.plan, view.text(path), view.containerd)
     except containerd_file.Refused:
@@ -80,13 +81,13 @@ def _containerd(view: HostView) -> None:
     containerd.nvidia_runtime(
         name=f"containerd: nvidia runtime ({containerd_drop_in_path(path)} imported by {path})",
         path=path,
-        default=view.settings["container_runtime_default"],
-        _timeout=view.settings["gpuprov_timeout_service"],
+        default=view.plan.runtime.container_runtime_default,
+        _timeout=view.plan.timeouts.gpuprov_timeout_service,
     )
 
 
 def _docker(view: HostView) -> None:
-    default = view.settings["container_runtime_default"]
+    default = view.plan.runtime.container_runtime_default
     if daemon_file.is_configured(view.text(DOCKER_DAEMON_PATH), default):
         return
     op = docker.daemon_json(
@@ -96,5 +97,5 @@ def _docker(view: HostView) -> None:
         name="restart docker",
         unit=DOCKER_UNIT,
         _if=changed(op),
-        _timeout=view.settings["gpuprov_timeout_service"],
+        _timeout=view.plan.timeouts.gpuprov_timeout_service,
     )

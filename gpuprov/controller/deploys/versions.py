@@ -32,9 +32,9 @@ def _adds_repository(view: HostView, name: str) -> bool:
 
 def problems(view: HostView) -> list[str]:
     """Why this host cannot have the planned packages (empty when it can, or cannot tell)."""
-    settings = view.settings
+    plan = view.plan
     out = []
-    if settings["driver_version"]:
+    if plan.driver.driver_version:
         try:
             _, wanted = driver.packages(view)
         except ProfileError as e:
@@ -44,12 +44,12 @@ def problems(view: HostView) -> list[str]:
                 resolved = resolution(
                     view.packages,
                     wanted.exact,
-                    settings["driver_version"],
+                    plan.driver.driver_version,
                     wanted.revision,
                     wanted.own,
                 )
                 out += [p for p in [resolved.problem("driver")] if p]
-    toolkit = settings["container_toolkit_version"]
+    toolkit = plan.runtime.container_toolkit_version
     if toolkit and not _adds_repository(view, TOOLKIT_REPO):
         resolved = resolution(view.packages, TOOLKIT_PACKAGES, toolkit, TOOLKIT_REVISION)
         out += [p for p in [resolved.problem("container toolkit")] if p]

@@ -54,10 +54,6 @@ class HostView:
     probe: dict[str, Any] = field(default_factory=dict)
     containerd: dict[str, Any] = field(default_factory=dict)  # ContainerdState's sections
 
-    @property
-    def settings(self) -> dict[str, Any]:
-        return self.plan.settings
-
     def text(self, path: str) -> str | None:
         state = self.files.get(path)
         return state["text"] if state else None
@@ -66,14 +62,14 @@ class HostView:
         """Fill in the hardware, the agent probe and the managed state (files, packages, units)."""
         state = host.get_fact(
             HostState,
-            agent_path=self.settings["gpuprov_agent_path"],
+            agent_path=self.plan.agent.gpuprov_agent_path,
             paths=list(watch.paths),
             read=list(watch.read),
             packages=list(watch.packages),
             units=list(watch.units),
-            python=self.settings["gpuprov_python"],
-            containerd=self.settings["containerd_config_path"]
-            if self.plan.container_runtime == "containerd"
+            python=self.plan.agent.gpuprov_python,
+            containerd=self.plan.runtime.containerd_config_path
+            if self.plan.runtime.container_runtime == "containerd"
             else None,
         )
         self.hardware, self.probe = state["hardware"], state["probe"]

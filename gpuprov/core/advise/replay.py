@@ -84,8 +84,8 @@ def capacity(host: HostPlan, model: catalog.GpuModel, compute_limit: float) -> l
     """The GPUs a planned host offers, as packing sees them."""
     gpus: list[Gpu] = []
     for gpu in host.gpus:
-        if host.mode == "shared" and host.time_slicing and host.time_slicing.memory:
-            sharing = host.time_slicing
+        if host.mode == "shared" and host.sharing and host.sharing.memory:
+            sharing = host.sharing
             gpus.append(
                 SharedGpu(host.name, gpu.index, sharing.replicas, sharing.memory.mib, compute_limit)
             )

@@ -31,10 +31,10 @@ def check(plan: HostPlan, probe: ProbeDocument) -> list[Finding]:
     if not _nvml_ok(report, plan, probe):
         return report.findings
     _hardware(report, plan, probe)
-    if plan.driver_version and probe.driver_version != plan.driver_version:
+    if plan.driver.driver_version and probe.driver_version != plan.driver.driver_version:
         report.add(
             "driver-version",
-            plan.driver_version,
+            plan.driver.driver_version,
             str(probe.driver_version),
             "run the deploy (a driver change may need a reboot: driver_reboot)",
         )
@@ -49,7 +49,7 @@ def _nvml_ok(report: Report, plan: HostPlan, probe: ProbeDocument) -> bool:
     state = probe.nvml
     if state == PROBE_NVML_OK:
         return True
-    driver = plan.driver_version
+    driver = plan.driver.driver_version
     hints = {
         "library-not-found": f"run the deploy (it installs driver {driver})"
         if driver

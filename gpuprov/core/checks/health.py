@@ -40,7 +40,7 @@ def check(plan: HostPlan, probe: ProbeDocument) -> list[Finding]:
     health = probe.health
     if health is None:
         return []  # an older agent or snapshot: health "not read", nothing to judge
-    critical = set(plan.settings["health_critical_xids"])
+    critical = set(plan.health.health_critical_xids)
     log = health["kernel_log"]
     if log["error"]:
         report.add(

@@ -50,15 +50,15 @@ FileCheck = Callable[[HostPlan, ProbeDocument], list[Finding]]
 def containerd_main(plan: HostPlan) -> str | None:
     """The containerd main config whose effective result the probe reads (``--containerd``);
     None on a docker host."""
-    if plan.container_runtime == "containerd":
-        return plan.settings["containerd_config_path"]
+    if plan.runtime.container_runtime == "containerd":
+        return plan.runtime.containerd_config_path
     return None
 
 
 def kubelet_devices_dir(plan: HostPlan) -> str | None:
     """The kubelet's device-plugin directory the probe reads (``--kubelet-devices``); None when
     the host's ``verify_kubelet_devices`` is off."""
-    return KUBELET_DEVICE_PLUGIN_DIR if plan.settings["verify_kubelet_devices"] else None
+    return KUBELET_DEVICE_PLUGIN_DIR if plan.kubelet.verify_kubelet_devices else None
 
 
 def critical_xids(plan: HostPlan) -> str:
@@ -68,7 +68,7 @@ def critical_xids(plan: HostPlan) -> str:
     >>> critical_xids(plan)                                     # doctest: +SKIP
     '48,64,74,75,79,95,119,120,140'
     """
-    return ",".join(map(str, plan.settings["health_critical_xids"]))
+    return ",".join(map(str, plan.health.health_critical_xids))
 
 
 def _files(check: Callable[[HostPlan, Mapping[str, Any]], list[Finding]]) -> FileCheck:
@@ -76,12 +76,12 @@ def _files(check: Callable[[HostPlan, Mapping[str, Any]], list[Finding]]) -> Fil
 
 
 def _runtime_paths(plan: HostPlan) -> Wanted:
-    module = containerd_file if plan.container_runtime == "containerd" else docker_file
+    module = containerd_file if plan.runtime.container_runtime == "containerd" else docker_file
     return module.paths(plan)
 
 
 def _runtime_check(plan: HostPlan, probe: ProbeDocument) -> list[Finding]:
-    if plan.container_runtime == "containerd":
+    if plan.runtime.container_runtime == "containerd":
         return containerd_file.check(plan, probe.files, probe.containerd)
     return docker_file.check(plan, probe.files)
 
@@ -133,7 +133,7 @@ def probe_command(plan: HostPlan, health: bool = True) -> str:
     "python3 /usr/lib/gpuprov/agent.pyz probe --file ... --glob '/etc/containerd/conf.d/*.toml'"
     """
     wanted = wanted_files(plan)
-    words = [plan.settings["gpuprov_python"], plan.settings["gpuprov_agent_path"], "probe"]
+    words = [plan.agent.gpuprov_python, plan.agent.gpuprov_agent_path, "probe"]
     for path in wanted.files:
         words += ["--file", path]
     for pattern in wanted.globs:
@@ -156,9 +156,8 @@ def compare(plan: HostPlan, observed: Any, health: bool = True) -> list[Finding]
 
     ``health``: also judge the GPUs' health (``gpuprov.core.checks.health``) when the document has
     a ``health`` section; ``gpuprov verify --health off`` passes False."""
-    settings = plan.settings
     probe, findings = read(
-        plan.name, observed, settings["gpuprov_agent_path"], settings["gpuprov_python"]
+        plan.name, observed, plan.agent.gpuprov_agent_path, plan.agent.gpuprov_python
     )
     if probe is None:
         return findings

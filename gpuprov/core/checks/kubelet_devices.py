@@ -168,7 +168,7 @@ def _finding(plan: HostPlan, check: str, expected: str, found: str, resource: st
     hints = {
         "kubelet-checkpoint": f"check that the kubelet and the device plugin run, {NOT_YET}",
         "kubelet-devices": "check the device plugin's config "
-        f"({plan.settings['device_plugin_config_path']}) and the GPUs' MIG state, then restart "
+        f"({plan.device_plugin.device_plugin_config_path}) and the GPUs' MIG state, then restart "
         f"the plugin (device_plugin_reload_command) so it registers {resource} again",
     }
     return Finding(plan.name, None, check, expected, found, hints[check])

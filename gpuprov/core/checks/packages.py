@@ -44,13 +44,12 @@ HINT = "run the deploy (it installs the planned version and holds it)"
 
 def names(plan: HostPlan) -> tuple[str, ...]:
     """The package names and dpkg-query patterns the probe reads: every one the deploy reads."""
-    settings = plan.settings
-    return tuple(dict.fromkeys(planned.driver_names(settings) + planned.toolkit_packages(settings)))
+    return tuple(dict.fromkeys(planned.driver_names(plan) + planned.toolkit_packages(plan)))
 
 
 def paths(plan: HostPlan) -> Wanted:
     """The host's /etc/os-release when it chooses the driver's package source."""
-    want = planned.wants(plan.settings)
+    want = planned.wants(plan)
     return Wanted(files=(OS_RELEASE_PATH,) if want.driver and not want.source else ())
 
 
@@ -70,11 +69,11 @@ def check(plan: HostPlan, probe: ProbeDocument, command: str) -> list[Finding]:
             f"probe with the planned packages: {command}",
         )
         return report.findings
-    want = planned.wants(plan.settings)
+    want = planned.wants(plan)
     if want.driver:
         _driver(report, plan, section, probe.files or {})
     if want.toolkit:
-        for name in planned.toolkit_packages(plan.settings):
+        for name in planned.toolkit_packages(plan):
             _exact(report, section, name, want.toolkit, TOOLKIT_REVISION)
     return report.findings
 
@@ -83,7 +82,7 @@ def _driver(report: Report, plan: HostPlan, section: Mapping[str, Any], files: M
     text = files.get(OS_RELEASE_PATH)
     try:
         source, wanted = planned.driver_packages(
-            plan.settings, profiles.os_release_id(text if isinstance(text, str) else None)
+            plan, profiles.os_release_id(text if isinstance(text, str) else None)
         )
     except ProfileError:
         return  # no source for this host: the pin file's check says why (apt_preferences)

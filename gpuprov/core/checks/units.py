@@ -38,7 +38,7 @@ def wanted(plan: HostPlan) -> dict[str, Want]:
     >>> wanted(plan)                                          # doctest: +SKIP
     {'nvidia-persistenced.service': Want(enabled=True, running=True), 'gpuprov-mig.service': ...}
     """
-    out = {unit: Want(True, True) for unit in planned.driver_units(plan.settings)}
+    out = {unit: Want(True, True) for unit in planned.driver_units(plan)}
     out[MIG_UNIT] = Want(plan.mode == "mig", None)
     return out
 

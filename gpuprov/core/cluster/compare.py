@@ -238,13 +238,13 @@ def _allocatable(plan: HostPlan, name: str, node: dict[str, Any]) -> list[Findin
                 )
             )
     pods = allocatable.get("pods")
-    if count(pods) != plan.kubelet_max_pods:
+    if count(pods) != plan.kubelet.kubelet_max_pods:
         out.append(
             Finding(
                 plan.name,
                 None,
                 "kube-pods",
-                f"pods: {plan.kubelet_max_pods}",
+                f"pods: {plan.kubelet.kubelet_max_pods}",
                 f"pods: {pods}" if pods is not None else "no pods in status.allocatable",
                 f"node {name}: check the kubelet's maxPods (kubelet_max_pods) and restart "
                 "the kubelet",

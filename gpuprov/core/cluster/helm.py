@@ -65,11 +65,15 @@ def gpu_operator(
     """
     warnings: list[str] = []
     values: dict[str, Any] = {}
-    for operand, key in (("driver", "driver_version"), ("toolkit", "container_toolkit_version")):
-        managed = [h.name for h in hosts if h.settings.get(key)]
+    versions = (
+        ("driver", "driver_version", lambda h: h.driver.driver_version),
+        ("toolkit", "container_toolkit_version", lambda h: h.runtime.container_toolkit_version),
+    )
+    for operand, key, version in versions:
+        managed = [h.name for h in hosts if version(h)]
         if managed:
             values[operand] = {"enabled": False}
-            unmanaged = [h.name for h in hosts if not h.settings.get(key)]
+            unmanaged = [h.name for h in hosts if not version(h)]
             if unmanaged:
                 warnings.append(
                     f"{operand} disabled in the GPU Operator because gpuprov installs it on "

@@ -25,6 +25,7 @@ from gpuprov.core.cluster.pools import (
     pool_taints,
 )
 from gpuprov.core.errors import InputError, Problem
+from gpuprov.core.hostfiles.device_plugin import DevicePluginConfig
 from gpuprov.core.plan import ClusterPlan
 from gpuprov.host.contract import (
     DEVICE_PLUGIN_CONFIG_LABEL,
@@ -77,7 +78,7 @@ class NodeState:
 
 @dataclass(frozen=True)
 class Rendered:
-    device_plugin_configs: dict[str, dict[str, Any]]
+    device_plugin_configs: dict[str, DevicePluginConfig]
     nodes: tuple[NodeState, ...]
     mig: mig_parted.PartedExport | None
     files: dict[str, tuple[str, list[Any]]]  # file name -> (comment header, YAML documents)
@@ -125,7 +126,7 @@ def render(
     host, since applying one that lacks a config would take it from the nodes using it.
     """
     # The default is always there, for nodes without the label.
-    configs: dict[str, dict[str, Any]] = {DEVICE_PLUGIN_DEFAULT_CONFIG: plugin_defaults()}
+    configs: dict[str, DevicePluginConfig] = {DEVICE_PLUGIN_DEFAULT_CONFIG: plugin_defaults()}
     mig = mig_parted.export(cluster.hosts) if mig_manager == "operator" else None
     nodes = []
     seen: dict[str, str] = {}
@@ -154,7 +155,7 @@ def render(
             config = host_config(host)
             configs[config_name(config)] = config
             labels[DEVICE_PLUGIN_CONFIG_LABEL] = config_name(config)
-            if "mps" in config.get("sharing", {}):
+            if config.mps is not None:
                 labels[MPS_CAPABLE_LABEL] = "true"
         if mig is not None and host.name in mig.host_configs:
             labels[MIG_CONFIG_LABEL] = mig.host_configs[host.name]
@@ -164,7 +165,7 @@ def render(
         raise InputError(problems)
     configs = dict(sorted(configs.items()))
     all_taints = [t for n in nodes for t in n.taints]
-    mps_roots = sorted({c["flags"]["mpsRoot"] for c in configs.values() if "mpsRoot" in c["flags"]})
+    mps_roots = sorted({c.mps_root for c in configs.values() if c.mps is not None})
     operator_values, warnings = helm.gpu_operator(
         list(cluster.hosts),
         all_taints,
@@ -233,7 +234,7 @@ def render(
 
 def _npd(cluster: ClusterPlan, warnings: list[str]) -> tuple[str, list[Any]]:
     """NPD runs one config on every node: the union of the hosts' critical XIDs."""
-    sets = {tuple(h.settings["health_critical_xids"]) for h in cluster.hosts}
+    sets = {tuple(h.health.health_critical_xids) for h in cluster.hosts}
     if len(sets) > 1:
         warnings.append(
             "hosts differ in health_critical_xids; Node Problem Detector's one config takes "
@@ -260,8 +261,10 @@ _Dumper.add_representer(
 )
 
 
-def _texts(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
-    return {name: yaml.safe_dump(config, sort_keys=False) for name, config in configs.items()}
+def _texts(configs: dict[str, DevicePluginConfig]) -> dict[str, str]:
+    return {
+        name: yaml.safe_dump(config.document(), sort_keys=False) for name, config in configs.items()
+    }
 
 
 def _config_map(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:

@@ -57,14 +57,14 @@ class Taint:
 
 def node_name(plan: HostPlan) -> str:
     """The host's Kubernetes node name (``kube_node_name``, else the inventory name)."""
-    return plan.settings.get("kube_node_name") or plan.name
+    return plan.node.kube_node_name or plan.name
 
 
 def node_name_problem(plan: HostPlan) -> str | None:
     """Why the inventory name of a host without ``kube_node_name`` cannot be its node's name
     (``gpu_01``: Kubernetes takes RFC 1123 subdomains only), or None. ``kube_node_name`` itself
     is checked with the other variables."""
-    if plan.settings.get("kube_node_name"):
+    if plan.node.kube_node_name:
         return None
     why = subdomain_problem(plan.name)
     if why is None:
@@ -77,13 +77,9 @@ def node_name_problem(plan: HostPlan) -> str | None:
 
 def pool_labels(plan: HostPlan) -> dict[str, str]:
     """``kube_node_labels`` with ``{mode}`` filled in."""
-    return {
-        key: with_mode(value, plan.mode) for key, value in plan.settings["kube_node_labels"].items()
-    }
+    return {key: with_mode(value, plan.mode) for key, value in plan.pool.kube_node_labels.items()}
 
 
 def pool_taints(plan: HostPlan) -> tuple[Taint, ...]:
     """``kube_node_taints`` with ``{mode}`` filled in, in the order given."""
-    return tuple(
-        Taint.parse(with_mode(text, plan.mode)) for text in plan.settings["kube_node_taints"]
-    )
+    return tuple(Taint.parse(with_mode(text, plan.mode)) for text in plan.pool.kube_node_taints)

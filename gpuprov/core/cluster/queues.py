@@ -93,23 +93,23 @@ def plan_queues(inventory: InventoryData, cluster: ClusterPlan) -> QueuePlan | N
     problems = _misplaced(inventory)
     if problems:
         raise InputError(problems)
-    settings = cluster.hosts[0].settings
+    data = cluster.hosts[0].queues
     tops = top_groups(inventory)
     where = next(
         (g for g in reversed(tops) if any(k in inventory.group_data.get(g, {}) for k in KEYS)),
         "all",
     )
     source = inventory.describe_group(where)
-    teams = spec_.teams(settings["kube_queues"])
+    teams = spec_.teams(data.kube_queues)
     if not teams:
         return None
     pools = _pools(cluster, inventory.path, problems)
     plan = QueuePlan(
-        inventory.path, source, tuple(pools.values()), (), settings["kube_queues_volcano_plugin"]
+        inventory.path, source, tuple(pools.values()), (), data.kube_queues_volcano_plugin
     )
     queues = tuple(_queue(plan, t, problems) for t in teams)
     plan = QueuePlan(plan.inventory, source, plan.pools, queues, plan.volcano_plugin)
-    overcommit = settings["kube_queues_overcommit"]
+    overcommit = data.kube_queues_overcommit
     for pool in overcommit:
         if pool not in pools:
             problems.append(plan.problem(_no_pool(pool), key="kube_queues_overcommit"))

@@ -7,9 +7,10 @@ version; naming only the top ones to ``apt-get install`` leaves the rest at the 
 and fails). Priority 1001 lets apt move to it even when that is a downgrade. ``apt-mark hold``
 (the deploy) keeps them there against ``apt upgrade``.
 
->>> class Plan: name, settings = "gpu-1", {"driver_version": "535.216.03",
-...     "driver_source": "debian-nonfree", "driver_persistenced": True,
-...     "driver_fabric_manager": False, "container_toolkit_version": None}
+>>> from types import SimpleNamespace as areas
+>>> Plan = areas(name="gpu-1", driver=areas(driver_version="535.216.03",
+...     driver_source="debian-nonfree", driver_persistenced=True,
+...     driver_fabric_manager=False), runtime=areas(container_toolkit_version=None))
 >>> print(render(Plan, "debian"), end="")
 # Written by gpuprov: the NVIDIA driver and container toolkit stay at the planned versions.
 <BLANKLINE>
@@ -82,13 +83,12 @@ def version_pattern(planned: str) -> str:
 def records(plan: Any, distribution: str | None) -> list[Record]:
     """The records the plan wants; ``distribution`` is the host's os-release ID (it chooses the
     driver's source when ``driver_source`` is unset)."""
-    settings = plan.settings
     out = []
-    version = settings["driver_version"]
+    version = plan.driver.driver_version
     if version:
-        source = select(settings["driver_source"], distribution)
+        source = select(plan.driver.driver_source, distribution)
         packages = driver_packages(
-            source, version, settings["driver_persistenced"], settings["driver_fabric_manager"]
+            source, version, plan.driver.driver_persistenced, plan.driver.driver_fabric_manager
         )
         out.append(
             Record(
@@ -97,7 +97,7 @@ def records(plan: Any, distribution: str | None) -> list[Record]:
                 version_pattern(version),
             )
         )
-    toolkit = settings["container_toolkit_version"]
+    toolkit = plan.runtime.container_toolkit_version
     if toolkit:
         out.append(
             Record(
@@ -111,7 +111,7 @@ def records(plan: Any, distribution: str | None) -> list[Record]:
 
 def needs_distribution(plan: Any) -> bool:
     """Whether the records depend on the host's /etc/os-release."""
-    return bool(plan.settings["driver_version"]) and plan.settings["driver_source"] is None
+    return bool(plan.driver.driver_version) and plan.driver.driver_source is None
 
 
 def paths(plan: Any) -> Wanted:

@@ -69,36 +69,43 @@ class Repository:
         return f"{APT_KEYRINGS_DIR}/{self.name}.{'asc' if armored else 'gpg'}"
 
 
-def repositories(settings: Mapping[str, Any]) -> list[Repository]:
-    """The repositories the plan adds: the driver's and the toolkit's, where each has a URL and
-    its packages are managed."""
+def repositories(plan: Any) -> list[Repository]:
+    """The repositories ``plan`` (a HostPlan) adds: the driver's and the toolkit's, where each
+    has a URL and its packages are managed."""
+    driver, runtime = plan.driver, plan.runtime
     out = []
-    for name, prefix, managed in (
-        (DRIVER_REPO, "driver_repo", "driver_version"),
-        (TOOLKIT_REPO, "container_toolkit_repo", "container_toolkit_version"),
-    ):
-        if settings.get(managed) and settings.get(f"{prefix}_url"):
-            out.append(
-                Repository(
-                    name,
-                    settings[f"{prefix}_url"],
-                    settings[f"{prefix}_suite"],
-                    tuple(settings[f"{prefix}_components"]),
-                    settings[f"{prefix}_key"],
-                )
+    if driver.driver_version and driver.driver_repo_url:
+        out.append(
+            Repository(
+                DRIVER_REPO,
+                driver.driver_repo_url,
+                driver.driver_repo_suite,
+                tuple(driver.driver_repo_components),
+                driver.driver_repo_key,
             )
+        )
+    if runtime.container_toolkit_version and runtime.container_toolkit_repo_url:
+        out.append(
+            Repository(
+                TOOLKIT_REPO,
+                runtime.container_toolkit_repo_url,
+                runtime.container_toolkit_repo_suite,
+                tuple(runtime.container_toolkit_repo_components),
+                runtime.container_toolkit_repo_key,
+            )
+        )
     return out
 
 
-def repository(settings: Mapping[str, Any], name: str) -> Repository | None:
+def repository(plan: Any, name: str) -> Repository | None:
     """The plan's repository ``name`` (DRIVER_REPO, TOOLKIT_REPO), if it adds one."""
-    return next((r for r in repositories(settings) if r.name == name), None)
+    return next((r for r in repositories(plan) if r.name == name), None)
 
 
 def paths(plan: Any) -> Wanted:
     """The planned sources and their keyrings."""
     out = []
-    for repo in repositories(plan.settings):
+    for repo in repositories(plan):
         out.append(repo.source_path)
         if repo.keyring_path:
             out.append(repo.keyring_path)
@@ -145,7 +152,7 @@ def parse(text: str) -> dict[str, str]:
 
 def check(plan: Any, files: Mapping[str, str | None]) -> list[Finding]:
     findings = []
-    for repo in repositories(plan.settings):
+    for repo in repositories(plan):
         findings += check_repository(plan.name, repo, files)
     return findings
 

@@ -99,7 +99,7 @@ class MainFile:
 
 def paths(plan) -> Wanted:
     """What the probe reads for ``check``: the main file and the drop-ins."""
-    main = plan.settings["containerd_config_path"]
+    main = plan.runtime.containerd_config_path
     return Wanted(files=(main,), globs=(containerd_drop_in_glob(main),))
 
 
@@ -326,12 +326,11 @@ def render(plan, main_text: str | None, state: Mapping[str, Any]) -> tuple[str, 
     """(main file, drop-in) the deploy writes for ``plan``, from the main file's text and the
     host's ``state`` (``version``, ``source`` and ``imports`` sections); Refused names the file
     and why."""
-    settings = plan.settings
     return render_files(
-        settings["containerd_config_path"],
+        plan.runtime.containerd_config_path,
         main_text,
         state,
-        settings["container_runtime_default"],
+        plan.runtime.container_runtime_default,
     )
 
 
@@ -478,8 +477,7 @@ def cri_loaded(plugins: str) -> tuple[bool, str]:
 def check(plan, files: Mapping[str, str | None], state: Mapping[str, Any] | None) -> list[Finding]:
     """Findings for the main file's ``imports`` and the effective config in ``state`` (the
     probe's ``containerd`` section: ``version``, ``dump`` and ``plugins``)."""
-    settings = plan.settings
-    path = settings["containerd_config_path"]
+    path = plan.runtime.containerd_config_path
     pattern = containerd_drop_in_glob(path)
     hint = "run the deploy (then containerd restarts)"
     findings: list[Finding] = []
@@ -531,7 +529,7 @@ def check(plan, files: Mapping[str, str | None], state: Mapping[str, Any] | None
         return findings
     where = f"effective config of {path} + {containerd_drop_in_path(path)}"
     for key, expected, found in runtime_problems(
-        effective, release, settings["container_runtime_default"]
+        effective, release, plan.runtime.container_runtime_default
     ):
         add(f"{key} {expected}", f"{found} ({where})")
     loaded, said = cri_loaded((state.get("plugins") or {}).get("text") or "")

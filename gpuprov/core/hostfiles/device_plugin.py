@@ -81,14 +81,16 @@ class DevicePluginConfig:
         """The config ``plan`` asks for; None on a ``whole_card`` or ``vgpu`` host (no file)."""
         if plan.mode in _NO_CONFIG:
             return None
-        ts = plan.time_slicing
-        if plan.mode == "shared" and ts is not None:
+        sharing = plan.sharing
+        if plan.mode == "shared" and sharing is not None:
             # failRequestsGreaterThanOne is always written: the plugin defaults it to false
             # for time-slicing and to true for MPS (api/config/v1/config.go NewConfig).
-            shared = ReplicatedConfig(ts.rename, ts.fail_requests_greater_than_one, ts.replicas)
-            if ts.strategy == SHARING_MPS:
-                return cls(mps=shared, mps_root=plan.settings["mps_root"], sharing=("mps",))
-            return cls(time_slicing=shared, sharing=("timeSlicing",))
+            shared = ReplicatedConfig(
+                sharing.rename, sharing.fail_requests_greater_than_one, sharing.replicas
+            )
+            if sharing.strategy == SHARING_MPS:
+                return cls(mps=shared, mps_root=sharing.mps_root, sharing=(sharing.section,))
+            return cls(time_slicing=shared, sharing=(sharing.section,))
         return cls(mig_strategy=plan.mig_strategy or "none")
 
     @property
@@ -178,7 +180,7 @@ class DevicePluginConfig:
 def paths(plan: HostPlan) -> Wanted:
     """The config file, read on every host (a file left on a ``whole_card`` or ``vgpu`` host is
     seen)."""
-    return Wanted(files=(plan.settings["device_plugin_config_path"],))
+    return Wanted(files=(plan.device_plugin.device_plugin_config_path,))
 
 
 def document(plan: HostPlan) -> dict[str, Any] | None:
@@ -212,7 +214,7 @@ def check(plan: HostPlan, files: Mapping[str, str | None]) -> list[Finding]:
     """Findings for the host's config file against ``plan``; [] when the plugin would run as
     planned."""
     report = Report(plan.name)
-    path = plan.settings["device_plugin_config_path"]
+    path = plan.device_plugin.device_plugin_config_path
     want = DevicePluginConfig.planned(plan)
     hint = f"run the deploy (it rewrites {path})"
     if want is None:

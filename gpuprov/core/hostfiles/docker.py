@@ -63,7 +63,7 @@ def render_text(text: str | None, default: bool, path: str = DOCKER_DAEMON_PATH)
 
 def render(plan, text: str | None) -> str:
     """``render_text`` for ``plan``."""
-    return render_text(text, plan.settings["container_runtime_default"])
+    return render_text(text, plan.runtime.container_runtime_default)
 
 
 def is_configured(text: str | None, default: bool) -> bool:
@@ -96,7 +96,7 @@ def check(plan, files: Mapping[str, str | None]) -> list[Finding]:
             hint,
         )
     got = doc.get("default-runtime")
-    if plan.settings["container_runtime_default"] and got != NVIDIA_RUNTIME:
+    if plan.runtime.container_runtime_default and got != NVIDIA_RUNTIME:
         report.add(
             CHECK,
             f'default-runtime "{NVIDIA_RUNTIME}"',

@@ -44,27 +44,25 @@ _MAX_PODS = re.compile(r"^maxPods:.*$", re.MULTILINE)  # top level only: no inde
 
 def paths(plan: HostPlan) -> Wanted:
     """The main config and every drop-in the kubelet reads."""
-    pattern = kubelet_drop_in_glob(plan.settings["kubelet_config_dir"])
-    return Wanted(
-        files=(plan.settings["kubelet_config_path"],), globs=(pattern,) if pattern else ()
-    )
+    pattern = kubelet_drop_in_glob(plan.kubelet.kubelet_config_dir)
+    return Wanted(files=(plan.kubelet.kubelet_config_path,), globs=(pattern,) if pattern else ())
 
 
 def target(plan: HostPlan) -> str:
     """The file gpuprov writes: its drop-in, or the main config when there is no directory."""
-    directory = plan.settings["kubelet_config_dir"]
-    return kubelet_drop_in_path(directory) if directory else plan.settings["kubelet_config_path"]
+    directory = plan.kubelet.kubelet_config_dir
+    return kubelet_drop_in_path(directory) if directory else plan.kubelet.kubelet_config_path
 
 
 def render(plan: HostPlan, current: str | None = None) -> str | None:
     """The text of ``target(plan)``: the drop-in, or ``current`` (the main config's text) with
     the planned maxPods; None when ``current`` is not a mapping that can take it."""
-    if plan.settings["kubelet_config_dir"]:
+    if plan.kubelet.kubelet_config_dir:
         return (
             f"# kubelet drop-in written by gpuprov (plan: {one_line(plan.name)}, {plan.mode}).\n"
-            + drop_in_text(plan.kubelet_max_pods)
+            + drop_in_text(plan.kubelet.kubelet_max_pods)
         )
-    return with_max_pods(current, plan.kubelet_max_pods)
+    return with_max_pods(current, plan.kubelet.kubelet_max_pods)
 
 
 def drop_in_text(max_pods: int) -> str:
@@ -96,8 +94,8 @@ def with_max_pods(text: str | None, max_pods: int) -> str | None:
 def check(plan: HostPlan, files: Mapping[str, str | None]) -> list[Finding]:
     """Findings for the kubelet's effective maxPods and gpuprov's drop-in; [] when they match."""
     report = Report(plan.name)
-    main = plan.settings["kubelet_config_path"]
-    directory = plan.settings["kubelet_config_dir"]
+    main = plan.kubelet.kubelet_config_path
+    directory = plan.kubelet.kubelet_config_dir
     ours = target(plan)
     sources = [main]
     if directory:
@@ -126,7 +124,7 @@ def check(plan: HostPlan, files: Mapping[str, str | None]) -> list[Finding]:
             continue
         if "maxPods" in doc:
             value, origin = doc["maxPods"], path
-    want = plan.kubelet_max_pods
+    want = plan.kubelet.kubelet_max_pods
     if value == want and type(value) is int:
         if directory and files.get(ours) is None:
             # Same maxPods by chance (the kubelet's default); the deploy would still write the

@@ -31,8 +31,8 @@ def from_plan(plan: HostPlan) -> MigLayout:
             GpuLayout(g.index, g.mig_enabled and mig, tuple(g.instances) if mig else ())
             for g in sorted(plan.gpus, key=lambda g: g.index)
         ),
-        gpu_clients=tuple(plan.settings["gpu_clients"]),
-        allow_reboot=bool(plan.settings["mig_reboot"]),
+        gpu_clients=tuple(plan.mig.gpu_clients),
+        allow_reboot=bool(plan.mig.mig_reboot),
     )
 
 

@@ -42,11 +42,10 @@ def paths(plan: HostPlan) -> Wanted:
 
 def render(plan: HostPlan) -> str:
     """The unit's text for ``plan``: the agent and interpreter the host uses."""
-    settings = plan.settings
     return render_template(
         "gpuprov-mig.service.j2",
-        python=settings["gpuprov_python"],
-        agent=settings["gpuprov_agent_path"],
+        python=plan.agent.gpuprov_python,
+        agent=plan.agent.gpuprov_agent_path,
         layout=MIG_LAYOUT_PATH,
         persistenced=PERSISTENCED_UNIT,
         fabric_manager=FABRIC_MANAGER_UNIT,

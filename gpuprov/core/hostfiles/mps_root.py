@@ -9,8 +9,9 @@ the pipe directory and that shm as its /dev/shm
 cmd/mps-control-daemon/mount/mount-shm.go, internal/plugin/mps.go). Those belong to the chart's
 DaemonSet; the root itself, root-owned and 0755 under /run (a tmpfs), belongs to the host.
 
->>> class Plan: name, settings = "gpu-1", {"mps_root": "/run/nvidia/mps"}
->>> Plan.mode, Plan.time_slicing = "shared", type("S", (), {"strategy": "mps"})
+>>> from types import SimpleNamespace as areas
+>>> Plan = areas(name="gpu-1", mode="shared",
+...     sharing=areas(strategy="mps", mps_root="/run/nvidia/mps"))
 >>> print(render(Plan).splitlines()[-1])
 d "/run/nvidia/mps" 0755 root root -
 >>> check(Plan, {MPS_TMPFILES_PATH: render(Plan), "/run/nvidia/mps": DIRECTORY})
@@ -35,8 +36,8 @@ DIRECTORY = {"error": "not a regular file (directory)"}
 
 def root(plan: Any) -> str | None:
     """The MPS root ``plan`` keeps on the host; None when the host does not share with MPS."""
-    sharing = plan.time_slicing if plan.mode == "shared" else None
-    return plan.settings["mps_root"] if sharing and sharing.strategy == SHARING_MPS else None
+    sharing = plan.sharing if plan.mode == "shared" else None
+    return sharing.mps_root if sharing and sharing.strategy == SHARING_MPS else None
 
 
 def paths(plan: Any) -> Wanted:

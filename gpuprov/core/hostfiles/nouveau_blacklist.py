@@ -1,7 +1,8 @@
 """The nouveau blacklist (``/etc/modprobe.d/gpuprov-blacklist-nouveau.conf``): the NVIDIA
 driver cannot bind a GPU that nouveau holds, so a host with a planned driver keeps nouveau out.
 
->>> class Plan: name, settings = "gpu-1", {"driver_version": "535.261.03"}
+>>> from types import SimpleNamespace as areas
+>>> Plan = areas(name="gpu-1", driver=areas(driver_version="535.261.03"))
 >>> check(Plan, {NOUVEAU_BLACKLIST_PATH: render(Plan)})
 []
 >>> [f.found for f in check(Plan, {NOUVEAU_BLACKLIST_PATH: "blacklist nouveau\\n"})]
@@ -26,7 +27,7 @@ LINES = ("blacklist nouveau", "options nouveau modeset=0")
 
 def wanted(plan: Any) -> bool:
     """Whether gpuprov keeps this file on the host: only where it manages the driver."""
-    return plan.settings["driver_version"] is not None
+    return plan.driver.driver_version is not None
 
 
 def paths(plan: Any) -> Wanted:

@@ -3,19 +3,22 @@ source, the container toolkit's four packages, and the driver's services. The de
 holds and enables these (``gpuprov.controller.deploys.driver``, ``runtime``); verify reads the
 same list back (``gpuprov.core.checks.packages``, ``units``): one definition for both.
 
->>> settings = {"driver_version": "535.216.03", "driver_source": "debian-nonfree",
-...     "driver_persistenced": True, "driver_fabric_manager": False,
-...     "sharing_strategy": "time-slicing", "container_toolkit_version": "1.17.8-1"}
->>> source, driver = driver_packages(settings, None)
+Each function takes a host plan (``gpuprov.core.plan.HostPlan``: its ``driver``, ``runtime``
+and ``sharing`` areas).
+
+>>> from types import SimpleNamespace as areas
+>>> plan = areas(driver=areas(driver_version="535.216.03", driver_source="debian-nonfree",
+...     driver_persistenced=True, driver_fabric_manager=False), sharing=None,
+...     runtime=areas(container_toolkit_version="1.17.8-1"))
+>>> source, driver = driver_packages(plan, None)
 >>> source.name, driver.exact[0], driver.own
 ('debian-nonfree', 'nvidia-driver', ('nvidia-persistenced',))
->>> driver_units(settings), toolkit_packages(settings)[0]
+>>> driver_units(plan), toolkit_packages(plan)[0]
 (['nvidia-persistenced.service'], 'nvidia-container-toolkit')
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,43 +39,44 @@ class Wants:
     toolkit: str | None  # container toolkit version; None: the toolkit is not gpuprov's
 
 
-def wants(settings: Mapping[str, Any]) -> Wants:
+def wants(plan: Any) -> Wants:
     """The one place that reads the plan's package settings."""
+    driver = plan.driver
     return Wants(
-        driver=settings["driver_version"],
-        source=settings["driver_source"],
-        persistenced=settings["driver_persistenced"],
-        fabric_manager=settings["driver_fabric_manager"],
+        driver=driver.driver_version,
+        source=driver.driver_source,
+        persistenced=driver.driver_persistenced,
+        fabric_manager=driver.driver_fabric_manager,
         # The chart's MPS control daemon runs the host's nvidia-cuda-mps-control.
-        mps=settings.get("sharing_strategy") == SHARING_MPS,
-        toolkit=settings["container_toolkit_version"],
+        mps=plan.sharing is not None and plan.sharing.strategy == SHARING_MPS,
+        toolkit=plan.runtime.container_toolkit_version,
     )
 
 
-def driver_packages(
-    settings: Mapping[str, Any], distribution: str | None
-) -> tuple[Profile, DriverPackages]:
+def driver_packages(plan: Any, distribution: str | None) -> tuple[Profile, DriverPackages]:
     """The host's package source (``distribution``: the ``ID`` of its /etc/os-release) and the
     planned driver's packages on it; ProfileError when the source cannot give what the plan
     asks for. Only for a plan with a driver version."""
-    want = wants(settings)
+    want = wants(plan)
     chosen = profiles.select(want.source, distribution)
     return chosen, profiles.driver_packages(
         chosen, want.driver, want.persistenced, want.fabric_manager, want.mps
     )
 
 
-def driver_names(settings: Mapping[str, Any]) -> tuple[str, ...]:
+def driver_names(plan: Any) -> tuple[str, ...]:
     """Every package name and installed-package pattern of the planned driver on each of its
     possible sources (the host's /etc/os-release may choose): what to read of a host before its
     source is known. Empty when the driver is not gpuprov's.
 
-    >>> driver_names({"driver_version": "535.216.03", "driver_source": "debian-nonfree",
-    ...     "driver_persistenced": False, "driver_fabric_manager": False,
-    ...     "container_toolkit_version": None})[:2]
+    >>> from types import SimpleNamespace as areas
+    >>> driver_names(areas(driver=areas(driver_version="535.216.03",
+    ...     driver_source="debian-nonfree", driver_persistenced=False,
+    ...     driver_fabric_manager=False), sharing=None,
+    ...     runtime=areas(container_toolkit_version=None)))[:2]
     ('nvidia-driver', 'nvidia-kernel-dkms')
     """
-    want = wants(settings)
+    want = wants(plan)
     if want.driver is None:
         return ()
     candidates = (
@@ -90,15 +94,15 @@ def driver_names(settings: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def toolkit_packages(settings: Mapping[str, Any]) -> tuple[str, ...]:
+def toolkit_packages(plan: Any) -> tuple[str, ...]:
     """The container toolkit's packages, when its version is the plan's."""
-    return TOOLKIT_PACKAGES if wants(settings).toolkit else ()
+    return TOOLKIT_PACKAGES if wants(plan).toolkit else ()
 
 
-def driver_units(settings: Mapping[str, Any]) -> list[str]:
+def driver_units(plan: Any) -> list[str]:
     """The driver's services the deploy enables and starts (none when the driver is not
     gpuprov's)."""
-    want = wants(settings)
+    want = wants(plan)
     if want.driver is None:
         return []
     return ([PERSISTENCED_UNIT] if want.persistenced else []) + (
