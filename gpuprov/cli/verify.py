@@ -104,7 +104,7 @@ def verify(
     else:
         results = readback.verify_live(loaded, cluster.hosts, health == "on")
     if cluster_check is not None:
-        cluster_check.add_to(results, cordon_unhealthy)
+        cluster_check.add_to(results, cordon_unhealthy, health == "on" and not cluster_only)
     report = verify_report(results)
     if fmt == "json":
         emit_json(report)

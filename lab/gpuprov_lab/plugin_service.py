@@ -2,7 +2,9 @@
 
 The plugin (v0.20.0) loads ``libnvidia-ml.so.1`` at run time; the unit points
 ``LD_LIBRARY_PATH`` at the simulated one, which reads the host's simulator state file
-(``SIM_ENV`` = ``SIM_STATE_PATH``). It reads the config file gpuprov writes
+(``SIM_ENV`` = ``SIM_STATE_PATH``). Its health checks are on, as in the chart: they wait on the
+simulated NVML's events, so an XID injected with ``gpuprov-sim inject xid`` marks that GPU's
+devices unhealthy until the plugin restarts (docs/health.md). It reads the config file gpuprov writes
 (``DEVICE_PLUGIN_CONFIG_PATH``) and registers with the kubelet on
 ``/var/lib/kubelet/device-plugins/kubelet_unit.sock``. NVIDIA's ``config-manager`` (the chart's
 sidecar) can run beside it and choose that config from the node's label
@@ -120,9 +122,6 @@ def unit(library_dir: str | None = LIBRARY_DIR) -> str:
         "[Service]\n"
         f"{library}"
         f"Environment={SIM_ENV}={SIM_STATE_PATH}\n"
-        # Health checks wait on NVML events (nvmlEventSetCreate...), which the simulated
-        # library answers NVML_ERROR_NOT_SUPPORTED: no events to watch.
-        "Environment=DP_DISABLE_HEALTHCHECKS=all\n"
         # Before the driver is installed NVML does not load (ERROR_LIBRARY_NOT_FOUND, then
         # DRIVER_NOT_LOADED): the plugin then waits for a SIGHUP or a new kubelet socket
         # instead of exiting, which would end in systemd's start limit (a failed unit).
