@@ -15,7 +15,9 @@ Two views of one host's GPUs (docs/health.md, "Two views"):
 
 The counts name no GPU, so they are mapped to GPUs through the plan: a GPU gpuprov finds
 unhealthy should cost the node exactly that GPU's devices (``gpu_resources``: its shares, MIG
-instances or the card). Any other count, per resource, is a ``health-disagreement`` finding.
+instances or the card). Any other count, per resource, is a ``health-disagreement`` finding;
+NVIDIA's plugin v0.20.0 marks only one device per GPU and resource (one of a GPU's time-slicing
+shares, measured in the lab), which this names as the GPU's other devices still offered.
 
 >>> plan = build(load("inventories/lab.py")).host("lab-a100-01")           # doctest: +SKIP
 >>> compare(plan, {2}, {"nvidia.com/gpu.shared": 32}, {"nvidia.com/gpu.shared": 28})  # doctest: +SKIP

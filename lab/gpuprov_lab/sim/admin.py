@@ -140,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kernel_log.append(
                 path, xid.line(gpu["pci_bus_id"], options.code, options.pid, options.name)
             )
+            _raise_xid_event(path, options.gpu, options.code)
         elif options.command == "boot":
             with sim_state.transaction(path) as current:
                 sim_state.reboot(current)
@@ -165,6 +166,23 @@ def _driver(current: sim_state.State, options: argparse.Namespace) -> None:
         current["driver"]["version"] = options.version
     if options.loaded is not None:
         current["driver"]["loaded"] = options.loaded
+
+
+# nvmlEventTypeXidCriticalError (nvml.h); 0xFFFFFFFF: the whole GPU, not a MIG instance.
+_XID_EVENT, _WHOLE_GPU = 8, 0xFFFFFFFF
+
+
+def _raise_xid_event(path: str, gpu: int, code: int) -> None:
+    """The NVML event of an XID, as the C library raises it (``events_raise`` in
+    libnvml/events.c): one line ``<gpu> <type> <data> <gi> <ci>`` appended to ``<state>.events``
+    with one write, which every waiting event set (the device plugin's health check) reads."""
+    line = f"{gpu} {_XID_EVENT} {code} {_WHOLE_GPU} {_WHOLE_GPU}\n".encode()
+    fd = os.open(f"{path}.events", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+        os.write(fd, line)
+    finally:
+        os.close(fd)
 
 
 def _gpu(current: sim_state.State, index: int) -> dict:
