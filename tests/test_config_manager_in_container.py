@@ -24,6 +24,7 @@ from pathlib import Path
 import kube_cluster
 import pytest
 import test_kubelet_in_container
+from click.testing import CliRunner
 from gpuprov_lab import base as lab_base
 from gpuprov_lab import kubebuild
 from gpuprov_lab import kubelet_unit as kubelet
@@ -45,6 +46,7 @@ from test_kubelet_in_container import (
 )
 from upstream import shared_bin, upstream_binary
 
+from gpuprov.cli import main
 from gpuprov.controller.inventory import load
 from gpuprov.core.cluster.manifests import render
 from gpuprov.core.plan import build
@@ -63,6 +65,10 @@ INVENTORY = f"""\
         {{"gpu_model": "A100-80GB", "gpu_count": 2, "time_slicing_replicas": 4}},
     )
     whole_card = (["gpu-b"], {{"gpu_model": "H200-141GB", "gpu_count": 2}})
+"""
+# The same node's host moved to whole cards (the config `whole`, also in the ConfigMap above).
+MOVED = f"""\
+    whole_card = ([("gpu-a", {{"kube_node_name": "{NODE}"}})], {{"gpu_model": "A100-80GB", "gpu_count": 2}})
 """
 GPUS = 2
 plane = test_kubelet_in_container.plane  # the same control plane fixture, one for this module
@@ -174,6 +180,35 @@ def test_the_node_label_selects_the_config_and_a_new_label_switches_the_allocata
     TIMINGS["label whole to 2 nvidia.com/gpu"] = time.monotonic() - switched
     # The replaced resource stays listed with nothing allocatable until the kubelet forgets it.
     assert _allocatable(node, "nvidia.com/gpu.shared") in (None, "0")
+
+
+def test_kube_apply_moves_the_node_to_another_config_and_allocatable_follows_with_no_deploy(
+    plane, host, tmp_path
+):
+    # The node in `shared` (shared-r4), then its host moved to `whole_card` (whole): only
+    # `gpuprov kube apply` runs, nothing on the host; config-manager and the plugin follow.
+    if plane.kubectl("get", "namespace", "nvidia-device-plugin").returncode != 0:
+        assert plane.kubectl("create", "namespace", "nvidia-device-plugin").returncode == 0
+    for step, (inventory, resource, count) in enumerate(
+        [(INVENTORY, "nvidia.com/gpu.shared", GPUS * 4), (MOVED, "nvidia.com/gpu", GPUS)]
+    ):
+        (tmp_path / str(step)).mkdir()
+        path = write_inventory(tmp_path / str(step), inventory)
+        applied = CliRunner().invoke(
+            main,
+            ["kube", "apply", str(path), "--kubeconfig", str(plane.admin_kubeconfig)]
+            + ["--limit", "gpu-a"],
+        )
+        assert applied.exit_code == 0, applied.output
+        started = time.monotonic()
+        _wait_for(
+            plane,
+            lambda n, r=resource, c=count: _allocatable(n, r) == str(c),
+            ADVERTISE_TIMEOUT,
+            host,
+            Path(device_plugin.CONFIG_MANAGER_UNIT).name,
+        )
+        TIMINGS[f"kube apply to {count} {resource}"] = time.monotonic() - started
 
 
 def label(plane: ControlPlane, config: str) -> None:

@@ -189,7 +189,7 @@ def test_config_manager_gets_the_configmap_data_as_files_and_runs_before_and_bes
     assert {p.name: p.read_text() for p in source.iterdir()} == configs
     unit = (root / device_plugin.CONFIG_MANAGER_UNIT.lstrip("/")).read_text()
     assert f"--config-file-dst={DEVICE_PLUGIN_CONFIG_PATH} " in unit
-    assert f"--process-to-signal={device_plugin.PLUGIN}\n" in unit  # argv[0], compared whole
+    assert "--process-to-signal=nvidia-device-plugin\n" in unit  # argv[0], compared whole
     assert "--node-name=node-1 " in unit and "--default-config=whole " in unit
     drop_in = root / f"{device_plugin.UNIT}.d/config-manager-init.conf".lstrip("/")
     assert "--oneshot --send-signal=false\n" in drop_in.read_text()

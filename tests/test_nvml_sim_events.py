@@ -30,7 +30,7 @@ import pytest
 from gpuprov_lab.sim.caps import mig_minors
 from gpuprov_lab.sim.contract import SIM_ENV, SIM_TRACE_ENV
 from gpuprov_lab.sim.libnvml import preload
-from simulated import Hardware, new_host, nvml, programs
+from simulated import Hardware, carve, new_host, nvml, programs
 from test_device_plugin_real import SANDBOX, _wait_for
 from upstream import upstream_binary
 
@@ -268,16 +268,17 @@ class Lines:
 
 @contextlib.contextmanager
 def watched_plugin(
-    tmp_path: Path, plugin: Path, api: Path, state: str, config: str
+    tmp_path: Path, plugin: Path, api: Path, state: str, config: str, resources: int = 1
 ) -> Iterator[tuple[Lines, Path, Path]]:
     """The plugin with its health checks on, registered with a kubelet that follows
-    ListAndWatch; yields its answers (lines), the plugin's log and the NVML call trace."""
+    ListAndWatch for ``resources`` resources; yields its answers (lines), the plugin's log and
+    the NVML call trace."""
     sockets, log, trace = tmp_path / "device-plugins", tmp_path / "plugin.log", tmp_path / "trace"
     sockets.mkdir()
     (tmp_path / "config.yaml").write_text(config)
     (tmp_path / "mig-minors").write_text(mig_minors(8))
     kubelet = subprocess.Popen(
-        [sys.executable, str(WATCH), str(sockets), "1", "90", str(api)],
+        [sys.executable, str(WATCH), str(sockets), str(resources), "90", str(api)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -357,3 +358,34 @@ def test_the_device_plugin_stays_healthy_until_a_critical_xid_marks_that_gpus_de
         assert _next_answer(answers, log, 15) == {uuids[0]: "Healthy", uuids[1]: "Unhealthy"}
     text = log.read_text()
     assert "Xid=79" in text or "XidCriticalError" in text, text[-3000:]
+
+
+def test_a_whole_gpu_xid_on_a_mig_gpu_marks_one_device_of_each_of_its_resources(
+    tmp_path, plugin, api
+):
+    # v0.20.0 keeps one device per parent GPU in each resource's health check (the last one
+    # it registers), so of GPU 0's two 1g.10gb instances one stays Healthy; gpuprov's verify
+    # names that as a health-disagreement (docs/health.md, "Two views").
+    state = new_host(tmp_path, "H100-80GB", 2, mig=[0])
+    carve(state, {0: [(9, [2]), (14, [1]), (19, [0]), (19, [0])]})
+    config = "version: v1\nflags:\n  migStrategy: mixed\n"
+    with watched_plugin(tmp_path, plugin, api, state, config, resources=4) as (answers, log, trace):
+        first = {}
+        for _ in range(4):
+            line = json.loads(answers.next(60) or "{}")
+            first[line["resource"]] = line["devices"]
+        assert all(set(d.values()) == {"Healthy"} for d in first.values()), first
+        assert _until(lambda: _calls(trace, "nvmlEventSetWait_v2 10") >= 2, 30), log.read_text()
+        assert answers.empty(timeout=1)  # MIG devices stay healthy through the waits
+        Hardware(state).xid(0, 79)
+        later = {}
+        while (line := answers.next(8)) is not None:
+            answer = json.loads(line)
+            later[answer["resource"]] = answer["devices"]
+    unhealthy = {r: sorted(d.values()).count("Unhealthy") for r, d in later.items()}
+    assert unhealthy == {
+        "nvidia.com/mig-3g.40gb": 1,
+        "nvidia.com/mig-2g.20gb": 1,
+        "nvidia.com/mig-1g.10gb": 1,  # of 2
+    }, log.read_text()[-3000:]
+    assert "nvidia.com/gpu" not in later  # GPU 1, MIG off, untouched

@@ -106,7 +106,7 @@ def test_the_node_list_is_read_in_pages_each_node_cut_to_what_gpuprov_reads(
     assert {part: sorted(fields) for part, fields in node.items()} == {
         "metadata": ["annotations", "labels", "name"],
         "spec": ["taints"],
-        "status": ["allocatable"],
+        "status": ["allocatable", "capacity"],
     }
     assert set(node) == set(NODE_FIELDS)
     assert node["status"]["allocatable"][SHARED] == "32"

@@ -586,18 +586,33 @@ def _resources(
     """The extended resources the node advertises, by the device plugin's naming rules."""
     out: Counter[str] = Counter()
     for gpu in gpus:
-        if mode == "shared":
-            assert sharing is not None
-            name = GPU_RESOURCE + ".shared" if sharing.rename else GPU_RESOURCE
-            out[name] += gpu.replicas
-        elif gpu.mig_enabled and mig_strategy == "single":
-            out[GPU_RESOURCE] += len(gpu.instances)
-        elif gpu.mig_enabled:
-            for instance in gpu.instances:
-                out[MIG_RESOURCE_PREFIX + instance.profile.replace("+", ".")] += 1
-        else:
-            out[GPU_RESOURCE] += 1
+        out.update(gpu_resources(mode, gpu, sharing, mig_strategy))
     # A GPU with MIG on and no instances advertises nothing.
+    return {k: v for k, v in sorted(out.items()) if v}
+
+
+def gpu_resources(
+    mode: str, gpu: GpuPlan, sharing: Sharing | None, mig_strategy: str | None
+) -> dict[str, int]:
+    """The devices NVIDIA's device plugin advertises for one GPU, per resource: its shares,
+    its MIG instances, or the card. What the node loses when the plugin marks the GPU unhealthy.
+
+    >>> gpu = GpuPlan(2, "A100-80GB", False, {}, (), 4)
+    >>> gpu_resources("shared", gpu, Sharing("time-slicing", 4, True, False, "/run/nvidia/mps"), None)
+    {'nvidia.com/gpu.shared': 4}
+    """
+    out: Counter[str] = Counter()
+    if mode == "shared":
+        assert sharing is not None
+        name = GPU_RESOURCE + ".shared" if sharing.rename else GPU_RESOURCE
+        out[name] += gpu.replicas
+    elif gpu.mig_enabled and mig_strategy == "single":
+        out[GPU_RESOURCE] += len(gpu.instances)
+    elif gpu.mig_enabled:
+        for instance in gpu.instances:
+            out[MIG_RESOURCE_PREFIX + instance.profile.replace("+", ".")] += 1
+    else:
+        out[GPU_RESOURCE] += 1
     return {k: v for k, v in sorted(out.items()) if v}
 
 

@@ -2,7 +2,9 @@
 
 The plugin (v0.20.0) loads ``libnvidia-ml.so.1`` at run time; the unit points
 ``LD_LIBRARY_PATH`` at the simulated one, which reads the host's simulator state file
-(``SIM_ENV`` = ``SIM_STATE_PATH``). It reads the config file gpuprov writes
+(``SIM_ENV`` = ``SIM_STATE_PATH``). Its health checks are on, as in the chart: they wait on the
+simulated NVML's events, so an XID injected with ``gpuprov-sim inject xid`` marks that GPU's
+devices unhealthy until the plugin restarts (docs/health.md). It reads the config file gpuprov writes
 (``DEVICE_PLUGIN_CONFIG_PATH``) and registers with the kubelet on
 ``/var/lib/kubelet/device-plugins/kubelet_unit.sock``. NVIDIA's ``config-manager`` (the chart's
 sidecar) can run beside it and choose that config from the node's label
@@ -31,6 +33,7 @@ from pathlib import Path
 from gpuprov.host.contract import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     DEVICE_PLUGIN_CONFIG_PATH,
+    DEVICE_PLUGIN_PROGRAM,
     DEVICE_PLUGIN_UNIT,
     KUBELET_UNIT,
 )
@@ -40,6 +43,7 @@ from gpuprov_lab.rundir import CACHE
 from gpuprov_lab.sim.contract import SIM_ENV, SIM_STATE_PATH
 
 PLUGIN = "/usr/bin/nvidia-device-plugin"
+PROGRAM = DEVICE_PLUGIN_PROGRAM  # its argv[0] (launcher)
 UNIT = f"/etc/systemd/system/{DEVICE_PLUGIN_UNIT}"
 LIBRARY_DIR = "/usr/local/lib/gpuprov-sim"
 LAUNCHER = "/usr/local/lib/gpuprov-lab/nvidia-device-plugin.sh"
@@ -120,9 +124,6 @@ def unit(library_dir: str | None = LIBRARY_DIR) -> str:
         "[Service]\n"
         f"{library}"
         f"Environment={SIM_ENV}={SIM_STATE_PATH}\n"
-        # Health checks wait on NVML events (nvmlEventSetCreate...), which the simulated
-        # library answers NVML_ERROR_NOT_SUPPORTED: no events to watch.
-        "Environment=DP_DISABLE_HEALTHCHECKS=all\n"
         # Before the driver is installed NVML does not load (ERROR_LIBRARY_NOT_FOUND, then
         # DRIVER_NOT_LOADED): the plugin then waits for a SIGHUP or a new kubelet socket
         # instead of exiting, which would end in systemd's start limit (a failed unit).
@@ -142,6 +143,8 @@ def unit(library_dir: str | None = LIBRARY_DIR) -> str:
 def launcher() -> str:
     """The script the unit starts and reloads the plugin with.
 
+    It starts the plugin by its bare name, so ``argv[0]`` is ``nvidia-device-plugin`` as in the
+    chart's container, which config-manager's ``--process-to-signal`` matches exactly.
     The plugin stops at once when ``--config-file`` names no file ("error opening config
     file"), and gpuprov writes none on whole-card hosts, nor before its first deploy: the file
     is passed only when it exists. A SIGHUP makes the plugin re-read the file but keeps its
@@ -155,10 +158,13 @@ def launcher() -> str:
     return f"""#!/bin/sh
 # {LAUNCHER} start | reload PID: NVIDIA's device plugin in a gpuprov lab host.
 set -eu
+# Started by name, so its argv[0] is {PROGRAM} as in the chart's image: config-manager finds
+# the process to signal by that exact argv[0].
+PATH={Path(PLUGIN).parent}:$PATH
 case "$1" in
 start)
-  if [ -e {config} ]; then exec {PLUGIN} --config-file={config}; fi
-  exec {PLUGIN} ;;
+  if [ -e {config} ]; then exec {PROGRAM} --config-file={config}; fi
+  exec {PROGRAM} ;;
 reload)
   given=no present=no
   if tr '\\0' '\\n' < "/proc/$2/cmdline" | grep -qx -- "--config-file={config}"; then given=yes; fi
@@ -199,8 +205,8 @@ def configure(root: Path, mig_minors: str, library_dir: str | None = None) -> No
 # Flags and their meaning: ``cmd/config-manager/main.go`` of NVIDIA/k8s-device-plugin
 # (https://github.com/NVIDIA/k8s-device-plugin/blob/v0.20.0/cmd/config-manager/main.go).
 # It finds the process to signal by comparing each process's ``argv[0]`` with
-# ``--process-to-signal`` (its ``findPidToSignal``), so that is the plugin unit's ``ExecStart``
-# path, not a bare name. It reads the Node with the node's own kubeconfig (the kubelet's): the
+# ``--process-to-signal`` (its ``findPidToSignal``, an exact comparison): the chart's value,
+# ``nvidia-device-plugin``, which the launcher gives the plugin as its ``argv[0]``. It reads the Node with the node's own kubeconfig (the kubelet's): the
 # Node authorizer lets a node get, list and watch its own Node object, which is all
 # config-manager does (a watch with ``fieldSelector=metadata.name=<node>``); the chart gives it a
 # service account with the same rights on nodes.
@@ -223,7 +229,7 @@ def config_manager_unit(node: str, default_config: str) -> str:
         "\n"
         "[Service]\n"
         f"ExecStart={_config_manager_command(node, default_config)}"
-        f" --send-signal=true --signal=1 --process-to-signal={PLUGIN}\n"
+        f" --send-signal=true --signal=1 --process-to-signal={PROGRAM}\n"
         # It exits on an error (a label naming no config, no plugin to signal yet); the chart's
         # pod restarts it, as Restart= does here.
         "Restart=always\n"

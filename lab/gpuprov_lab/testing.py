@@ -29,6 +29,7 @@ from typing import Any
 from gpuprov.host.contract import AGENT_PATH, KUBELET_DEVICE_PLUGIN_DIR
 from gpuprov_lab import controlplane, lifecycle, network, ssh
 from gpuprov_lab.rundir import RunDir, default_dir
+from gpuprov_lab.sim.contract import SIM_KERNEL_LOG_NAME, SIM_STATE_PATH
 from gpuprov_lab.spec import LabHost, default_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -263,6 +264,24 @@ class Lab:
                 + [f"--timeout={timeout}"]
             ),
             timeout=timeout + 30,
+        )
+
+    def forget_xids(self, host: str, timeout: float = 90) -> None:
+        """Undo ``gpuprov-sim inject xid`` on ``host`` without a reboot (the MIG layout kept):
+        the kernel log as after a boot, and the device plugin restarted, since the plugin keeps
+        the devices it marked unhealthy so until it restarts. Returns once the node shows the
+        planned allocatable again (a lab without Kubernetes: at once)."""
+        kmsg = f"{SIM_STATE_PATH.rsplit('/', 1)[0]}/{SIM_KERNEL_LOG_NAME}"
+        self.run(host, f": > {kmsg} && systemctl restart nvidia-device-plugin.service")
+        if not self.kube:
+            return
+        planned = {r: str(n) for r, n in self.plan()[host]["resources"].items()}
+        self.wait_nodes(
+            lambda nodes: all(
+                nodes.get(host, {}).get("allocatable", {}).get(r) == n for r, n in planned.items()
+            ),
+            timeout,
+            f"{host}'s planned allocatable after its device plugin restarted",
         )
 
     def reboot(self, host: str, timeout: float = 90) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from gpuprov.controller.kube.kubectl import Kubectl, KubectlError
+from gpuprov.core.checks import plugin_health
 from gpuprov.core.cluster import health_cordon, manifests, queue_capacity
 from gpuprov.core.cluster.compare import api_unreachable, compare_nodes
 from gpuprov.core.cluster.kueue import QUEUE_OWNER, QUEUE_OWNER_LABEL
@@ -37,13 +38,15 @@ class ClusterCheck:
         """Host -> its node's name, for the hosts whose node is named otherwise."""
         return {w.host: w.name for w in self.wanted if w.name != w.host}
 
-    def findings(self) -> dict[str, list[Finding]]:
+    def findings(self, health: dict[str, set[int]] | None = None) -> dict[str, list[Finding]]:
+        """Each host's cluster findings; ``health``: host -> the GPUs gpuprov finds unhealthy,
+        compared with what the device plugin marked unhealthy (``plugin_health``)."""
         try:
             self.nodes = self.client.nodes()
         except KubectlError as e:
             self.nodes = None
             return api_unreachable(self.plans, str(e))
-        return compare_nodes(self.plans, self.wanted, self.nodes)
+        return compare_nodes(self.plans, self.wanted, self.nodes, health)
 
     def queue_findings(self, nodes: dict[str, dict]) -> dict[str, list[Finding]]:
         """``queue NAME`` -> findings for gpuprov's live Kueue and Volcano queues whose quota
@@ -65,12 +68,24 @@ class ClusterCheck:
             print(f"verify: queues not checked: {e}", file=sys.stderr, flush=True)
         return out
 
-    def add_to(self, results: dict[str, list[Finding]], cordon_unhealthy: bool = False) -> None:
+    def add_to(
+        self,
+        results: dict[str, list[Finding]],
+        cordon_unhealthy: bool = False,
+        health_read: bool = False,
+    ) -> None:
         """Append each host's cluster findings to its findings in ``results``, then say which
         nodes should be cordoned for an unhealthy GPU (``health_cordon``); with
-        ``cordon_unhealthy``, cordon them and say so on stderr. Never uncordons."""
+        ``cordon_unhealthy``, cordon them and say so on stderr. Never uncordons.
+        ``health_read``: ``results`` hold the hosts' GPU health, which the device plugin's view
+        (the Node's capacity − allocatable) is then compared with."""
         sick = health_cordon.unhealthy(results)
-        for host, found in self.findings().items():
+        views = {
+            host: view
+            for host, found in results.items()
+            if health_read and (view := plugin_health.unhealthy_gpus(found)) is not None
+        }
+        for host, found in self.findings(views).items():
             if host in sick:
                 # "uncordon it" is the wrong advice for a node whose GPU is unhealthy.
                 found = [f for f in found if f.check != health_cordon.CHECK]

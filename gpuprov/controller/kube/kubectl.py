@@ -39,14 +39,15 @@ _NO_NAMESPACE = re.compile(r'\(NotFound\): namespaces "([^"]+)" not found')
 # --chunk-size. At 5,000 Nodes of a kubelet's size (docs/performance.md), pages of 1,000 save
 # 0.3 CPU-s of kubectl start-ups and add 73 MiB to the controller's peak (81 -> 154 MiB).
 NODE_PAGE = 500
-# What gpuprov reads of a Node (the comparison, the node changes of `kube apply`, cordoning); the
+# What gpuprov reads of a Node (the comparison, the node changes of `kube apply`, cordoning,
+# capacity − allocatable: the devices a plugin marked unhealthy, docs/health.md); the
 # rest (status.images, conditions, nodeInfo, managedFields: most of a real node's size) is
 # dropped as each page is read. A key the Node lacks stays absent: `kube apply` patches a
 # missing labels or annotations map whole, an existing one key by key.
 NODE_FIELDS = {
     "metadata": ("name", "labels", "annotations"),
     "spec": ("taints", "unschedulable"),
-    "status": ("allocatable",),
+    "status": ("capacity", "allocatable"),
 }
 
 

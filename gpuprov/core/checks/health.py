@@ -31,6 +31,8 @@ XID, ECC, ROW_REMAPPING, RETIRED_PAGES, HEALTH = (
     "retired-pages",
     "health",
 )
+# Every check name a GPU health finding carries.
+FINDINGS = frozenset({XID, ECC, ROW_REMAPPING, RETIRED_PAGES, HEALTH})
 RESET_REQUIRED = "reset required for row remapping"
 
 

@@ -4,7 +4,10 @@ Input is the plan and the Node objects of one node list (``Kubectl.nodes``: each
 fields compared here); output is findings per host. Checked per planned node: it exists; it carries gpuprov's labels (pool labels and the
 ``nvidia.com/device-plugin.config`` label, as ``gpuprov kube render`` plans them) and taints;
 it is not left cordoned; ``status.allocatable`` holds each planned resource with the planned
-count, no GPU resource the plan does not have, and ``pods`` equal to the planned maxPods.
+count, no GPU resource the plan does not have, and ``pods`` equal to the planned maxPods. Where
+verify read the host's GPU health (``health``), the planned counts are checked against
+``status.capacity`` (every device the plugin lists) and the unhealthy ones (capacity −
+allocatable) against gpuprov's unhealthy GPUs (``gpuprov.core.checks.plugin_health``).
 
 >>> plan = build(load("inventories/example.py")).host("gpu-a100-01")      # doctest: +SKIP
 >>> want = NodeState("gpu-a100-01", "gpu-a100-01", {}, ())                 # doctest: +SKIP
@@ -18,6 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuprov.core.checks import plugin_health
 from gpuprov.core.cluster.manifests import NodeState
 from gpuprov.core.cluster.pools import Taint
 from gpuprov.core.findings import Finding
@@ -80,12 +84,20 @@ def is_gpu_resource(name: str) -> bool:
 
 
 def compare_nodes(
-    plans: Sequence[HostPlan], wanted: Sequence[NodeState], nodes: Mapping[str, dict[str, Any]]
+    plans: Sequence[HostPlan],
+    wanted: Sequence[NodeState],
+    nodes: Mapping[str, dict[str, Any]],
+    health: Mapping[str, set[int]] | None = None,
 ) -> dict[str, list[Finding]]:
-    """Findings per host name; ``wanted`` is ``render(...).nodes``, ``nodes`` name -> Node."""
+    """Findings per host name; ``wanted`` is ``render(...).nodes``, ``nodes`` name -> Node;
+    ``health``: host -> the GPUs gpuprov finds unhealthy, for the hosts whose health it read."""
     by_host = {w.host: w for w in wanted}
+    health = health or {}
     return {
-        p.name: compare_node(p, by_host[p.name], nodes.get(by_host[p.name].name)) for p in plans
+        p.name: compare_node(
+            p, by_host[p.name], nodes.get(by_host[p.name].name), health.get(p.name)
+        )
+        for p in plans
     }
 
 
@@ -106,8 +118,11 @@ def api_unreachable(plans: Sequence[HostPlan], reason: str) -> dict[str, list[Fi
     }
 
 
-def compare_node(plan: HostPlan, want: NodeState, node: dict[str, Any] | None) -> list[Finding]:
-    """Every way ``node`` (a Node object, None when absent) differs from ``plan``."""
+def compare_node(
+    plan: HostPlan, want: NodeState, node: dict[str, Any] | None, sick: set[int] | None = None
+) -> list[Finding]:
+    """Every way ``node`` (a Node object, None when absent) differs from ``plan``; ``sick``: the
+    GPUs gpuprov finds unhealthy on the host, None when it did not read their health."""
     host = plan.name
     if node is None:
         return [
@@ -126,7 +141,7 @@ def compare_node(plan: HostPlan, want: NodeState, node: dict[str, Any] | None) -
         + _no_nvidia_plugin_config(plan, node)
         + _taints(host, want, node)
         + _cordon(host, want, node)
-        + _allocatable(plan, want.name, node)
+        + _allocatable(plan, want.name, node, sick)
     )
 
 
@@ -202,16 +217,32 @@ def _cordon(host: str, want: NodeState, node: dict[str, Any]) -> list[Finding]:
     ]
 
 
-def _allocatable(plan: HostPlan, name: str, node: dict[str, Any]) -> list[Finding]:
-    """Planned resources and pods against ``status.allocatable`` of node ``name``."""
+def _allocatable(
+    plan: HostPlan, name: str, node: dict[str, Any], sick: set[int] | None
+) -> list[Finding]:
+    """Planned resources and pods against ``status.allocatable`` of node ``name``; with
+    gpuprov's health view ``sick``, the planned resources against ``status.capacity`` and the
+    unhealthy devices against ``sick`` (NVIDIA's plugin only: a vgpu flavour's plugin judges
+    health its own way)."""
     allocatable = node.get("status", {}).get("allocatable") or {}
+    capacity = node.get("status", {}).get("capacity") or {}
+    judged = sick is not None and plan.vgpu is None
     out = []
     device_hint = (
         f"node {name}: check the device plugin on the host (running, its config) and that it "
         "registered with the kubelet"
     )
+    if sick is not None and judged:
+        out += plugin_health.compare(
+            plan,
+            sick,
+            {r: count(capacity.get(r)) for r in plan.resources},
+            {r: count(allocatable.get(r)) for r in plan.resources},
+        )
     for resource, planned in plan.resources.items():
         have = allocatable.get(resource)
+        if judged and resource in capacity:
+            have = capacity[resource]  # its unhealthy devices are judged above
         if count(have) != planned:
             out.append(
                 Finding(

@@ -18,16 +18,15 @@ from gpuprov.core.checks import health
 from gpuprov.core.cluster.manifests import NodeState
 from gpuprov.core.findings import Finding
 
-HEALTH_CHECKS = frozenset(
-    {health.XID, health.ECC, health.ROW_REMAPPING, health.RETIRED_PAGES, health.HEALTH}
-)
 CHECK = "kube-cordon"
 EXPECTED = "cordoned: a GPU on the host is unhealthy"
 
 
 def unhealthy(results: Mapping[str, Sequence[Finding]]) -> list[str]:
     """The hosts with GPU health findings, in report order."""
-    return [host for host, found in results.items() if any(f.check in HEALTH_CHECKS for f in found)]
+    return [
+        host for host, found in results.items() if any(f.check in health.FINDINGS for f in found)
+    ]
 
 
 def to_cordon(
