@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -41,7 +42,22 @@ def test_entries_are_sorted_with_fixed_times_and_exactly_the_host_package():
         for p in (package / "host").rglob("*.py")
         if "__pycache__" not in p.parts
     )
-    assert names == sorted(["__main__.py", "pynvml.py", "gpuprov/__init__.py", *host])
+    vendored = [n for n in names if n.split("/")[0] in bundle.VENDORED]
+    assert names == sorted(["__main__.py", "pynvml.py", "gpuprov/__init__.py", *host, *vendored])
+    # The gRPC client's HTTP/2 stack, whole and licensed (MIT): each installed module, verbatim.
+    for package in bundle.VENDORED:
+        module = importlib.import_module(package)
+        root = Path(module.__file__).parent
+        assert sorted(n for n in vendored if n.startswith(package + "/")) == sorted(
+            [f"{package}/LICENSE"]
+            + [
+                f"{package}/{p.relative_to(root).as_posix()}"
+                for p in root.rglob("*.py")
+                if "__pycache__" not in p.parts
+            ]
+        )
+        assert archive.read(f"{package}/__init__.py") == (root / "__init__.py").read_bytes()
+        assert b"MIT" in archive.read(f"{package}/LICENSE")
     assert archive.read("__main__.py") == Path(zipmain.__file__).read_bytes()
 
 

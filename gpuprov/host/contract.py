@@ -126,6 +126,14 @@ KUBELET_SOCKET_NAME = "kubelet.sock"
 # again per allocation); 32 GPUs x 1024 replicas of ~50-byte ids is ~1.6 MB, so 8 MiB leaves room
 # for the pods' entries and stays bounded.
 KUBELET_CHECKPOINT_MAX_BYTES = 8 << 20
+# The kubelet's pod-resources API (kubernetes v1.34.4 pkg/kubelet/kubelet.go
+# ListenAndServePodResources: <root-dir>/pod-resources/kubelet.sock, the directory named by
+# pkg/kubelet/config/defaults.go DefaultKubeletPodResourcesDirName); gpuprov.host.kubelet.
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# The most rows (container x resource) the probe reports: maxPods is at most a few hundred.
+POD_RESOURCES_CONTAINERS_MAX = 4096
+# Seconds the probe waits for the kubelet's answer (a local call; it answers in milliseconds).
+POD_RESOURCES_TIMEOUT_S = 10.0
 # The most socket names the probe lists in the directory (one per resource a plugin serves).
 DEVICE_PLUGIN_SOCKETS_MAX = 256
 
