@@ -214,12 +214,13 @@ def test_a_socket_that_is_not_http2_is_an_error(tmp_path):
         conn, _ = listener.accept()
         conn.recv(4096)
         conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-        time.sleep(2)  # open until the client has read the answer
+        time.sleep(0.5)  # open until the client has read the answer
         conn.close()
 
     threading.Thread(target=answer_http1, daemon=True).start()
     error = pod_resources.section(str(path), timeout=5)["containers"]["error"]
-    assert error.startswith(f"{path} broke HTTP/2: "), error
+    # h2 waits for a whole frame, so the HTTP/1 answer is a connection closed, not an answer
+    assert error == f"{path} closed the connection before answering", error
     listener.close()
 
 
