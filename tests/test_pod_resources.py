@@ -269,4 +269,3 @@ def test_the_agent_bundle_alone_reads_the_socket(kubelet, tmp_path):
         {"pod": "canary", "namespace": "gpuprov-canary", "container": "c",
          "resource": "nvidia.com/mig-1g.10gb", "device_ids": ["MIG-x"]}
     ]  # fmt: skip
-

@@ -105,8 +105,13 @@ def good() -> dict:
         "pod_resources": {
             "socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
             "containers": [
-                {"pod": "p", "namespace": "ns", "container": "c",
-                 "resource": "nvidia.com/gpu.shared", "device_ids": ["GPU-0::1"]}
+                {
+                    "pod": "p",
+                    "namespace": "ns",
+                    "container": "c",
+                    "resource": "nvidia.com/gpu.shared",
+                    "device_ids": ["GPU-0::1"],
+                }
             ],
         },  # fmt: skip
     }

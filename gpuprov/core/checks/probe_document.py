@@ -67,6 +67,7 @@ _KUBELET_DEVICES = ("directory", "checkpoint", "sockets")
 _NAME_MAX = 255
 _GPU = ("index", "uuid", "name", "memory_total_mib", "pci_bus_id", "mig", "gpu_instances")
 _GI = ("id", "profile_id", "profile", "start", "size", "compute_instances")
+# A compute instance may also carry ``uuid``, its MIG device's UUID (probes before it had none).
 _CI = ("id", "profile_id", "slice_count")
 # The health section (gpuprov.host.health.section): each NVML reading is these fields, the text
 # HEALTH_NOT_SUPPORTED, or {"error": why}.
@@ -523,10 +524,11 @@ class _Schema:
             ):
                 for m, ci in enumerate(cis):
                     ci_at = f"{at}.compute_instances[{m}]"
-                    if self.keys(ci_at, ci, _CI):
+                    if self.keys(ci_at, ci, _CI, ("uuid",)):
                         self.integer(f"{ci_at}.id", ci.get("id"))
                         self.integer(f"{ci_at}.profile_id", ci.get("profile_id"))
                         self.integer(f"{ci_at}.slice_count", ci.get("slice_count"), 1)
+                        self.string(f"{ci_at}.uuid", ci.get("uuid"), optional=True, empty=False)
 
     def kubelet_devices(self, section: Any) -> None:
         where = "kubelet_devices"

@@ -36,9 +36,7 @@ class GrpcError(Exception):
     """The call did not give one message with status OK; the message says why."""
 
 
-def call(
-    path: str, method: str, request: bytes, timeout: float, max_bytes: int = 4 << 20
-) -> bytes:
+def call(path: str, method: str, request: bytes, timeout: float, max_bytes: int = 4 << 20) -> bytes:
     """The response message of unary ``method`` (``/package.Service/Method``) given the
     serialized ``request``, from the server on unix socket ``path``; at most ``timeout``
     seconds in all and ``max_bytes`` of response; GrpcError otherwise."""
