@@ -201,6 +201,16 @@ POOL_LABEL = f"{KUBE_LABEL_DOMAIN}/pool"  # default pool label and taint key, va
 OWNED_TAINTS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/taints"  # the taints gpuprov set last time
 OWNED_LABELS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/labels"  # the labels gpuprov set last time
 KUBE_FIELD_MANAGER = "gpuprov"
+# `gpuprov verify --canary`: its pods' namespace and labels (docs/kubernetes.md "Canary pods").
+CANARY_NAMESPACE = "gpuprov-canary"
+CANARY_LABEL = f"{KUBE_LABEL_DOMAIN}/canary"  # value: the run's id, so a run removes its own
+CANARY_HOST_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/host"
+CANARY_RESOURCE_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/resource"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"  # well-known label (kubernetes.io/docs labels)
+# NVIDIA's device plugin names a time-sliced replica ``<id>::<n>`` (k8s-device-plugin
+# internal/rm/devices.go NewAnnotatedID: ``fmt.Sprintf("%s::%d", id, replica)``; device_map.go
+# makes one per replica).
+REPLICA_ID_SEPARATOR = "::"
 DEVICE_PLUGIN_CONFIGMAP = "gpuprov-device-plugin-configs"  # keys are config names
 DEVICE_PLUGIN_DEFAULT_CONFIG = "whole"  # nodes without the label: whole cards
 MIG_PARTED_CONFIGMAP = "gpuprov-mig-parted-config"

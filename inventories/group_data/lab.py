@@ -1,5 +1,6 @@
 # Every host of inventories/lab.py (pyinfra's group named after the inventory file).
 # Paths follow the lab's run directory (/tmp/gpuprov-lab, or $GPUPROV_LAB_DIR).
+from gpuprov_lab import images as lab_images
 from gpuprov_lab import inventory as lab
 from gpuprov_lab.services import repo_url
 
@@ -33,3 +34,9 @@ kubeconfig = lab.kubeconfig()
 # What the kubelet registered from the device plugin is checked on each host by `gpuprov verify`;
 # with `gpuprov lab up --no-kube` no kubelet runs, so there is nothing to check.
 verify_kubelet_devices = lab.kubeconfig() is not None
+
+# `gpuprov verify --canary`: no registry is reachable from the lab, so its canary pods run the
+# lab's own image (Debian's static busybox, imported into each host's containerd by `lab up`;
+# gpuprov_lab/images.py). A lab pod starts in seconds (docs/performance.md).
+canary_image = lab_images.CANARY
+canary_timeout = 90
