@@ -40,7 +40,7 @@ def probe_with(plan, rows):
     document["pod_resources"] = {
         "socket": POD_RESOURCES_SOCKET,
         "containers": [
-            {"pod": pod, "namespace": CANARY_NAMESPACE, "container": canary_pods.CONTAINER,
+            {"pod": pod, "namespace": CANARY_NAMESPACE, "container": canary.CONTAINER,
              "resource": resource, "device_ids": ids}
             for pod, resource, ids in rows
         ],

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprov.core.checks.probe_document import ProbeDocument
-from gpuprov.core.cluster.canary_pods import CONTAINER, Canary
 from gpuprov.core.findings import Finding
 from gpuprov.core.hostfiles.documents import one_line
 from gpuprov.core.plan import HostPlan
@@ -37,6 +36,18 @@ PENDING, FAILED, DEVICE = "canary-pending", "canary-failed", "canary-device"
 RUNNING, NOT_SCHEDULED, NOT_STARTED = "running", "not-scheduled", "not-started"
 _MIG_RESOURCE = "nvidia.com/mig-"
 _SHOWN = 300  # characters of a reason in a finding
+CONTAINER = "canary"  # the canary pod's one container
+
+
+@dataclass(frozen=True)
+class Canary:
+    """One canary pod (``gpuprov.core.cluster.canary_pods``): which host and node it is for,
+    which resource it asks one unit of, its name."""
+
+    host: str
+    node: str
+    resource: str
+    name: str
 
 
 @dataclass(frozen=True)

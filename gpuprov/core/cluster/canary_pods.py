@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 from typing import Any
 
+from gpuprov.core.checks.canary import CONTAINER, Canary
 from gpuprov.core.cluster.manifests import NodeState
 from gpuprov.core.cluster.pools import pool_labels
 from gpuprov.core.plan import HostPlan
@@ -38,17 +38,6 @@ from gpuprov.host.contract import (
 )
 
 _NAME_MAX = 63  # a pod's name is its hostname: keep it a DNS label
-CONTAINER = "canary"
-
-
-@dataclass(frozen=True)
-class Canary:
-    """One canary pod: which host and node it is for, which resource it asks one unit of."""
-
-    host: str
-    node: str
-    resource: str
-    name: str
 
 
 def canaries(plans: list[HostPlan] | tuple[HostPlan, ...], nodes: list[NodeState]) -> list[Canary]:
