@@ -7,9 +7,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+from click.testing import CliRunner
 from plans import plan_for
 from probes import matching_probe
 
+from gpuprov.cli import main
 from gpuprov.core.checks import canary
 from gpuprov.core.checks.probe_document import read
 from gpuprov.core.cluster import canary_pods
@@ -148,7 +150,11 @@ def test_an_unschedulable_pod_says_the_schedulers_reason():
 
 
 def test_a_sandbox_the_runtime_could_not_start_is_the_last_warning_event():
-    pod = {"spec": {"nodeName": "n1"}, "status": {"phase": "Pending"}}
+    creating = {"waiting": {"reason": "ContainerCreating"}}
+    pod = {
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Pending", "containerStatuses": [{"state": creating}]},
+    }
     events = [
         {"type": "Normal", "reason": "Scheduled", "message": "assigned", "lastTimestamp": "2"},
         {"type": "Warning", "reason": "FailedCreatePodSandBox", "lastTimestamp": "3",
@@ -281,3 +287,14 @@ def test_a_pod_that_did_not_start_is_canary_failed_with_the_containers_reason(sh
     elsewhere = canary.Outcome(canary.RUNNING, "n2", "")
     (finding,) = canary.check(c, elsewhere, shared, None, TIMEOUT)
     assert (finding.check, finding.found) == ("canary-failed", "placed on n2")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--kubeconfig", "k", "--snapshot-dir", "."], ["--kubeconfig", "k", "--cluster-only"]],
+)
+def test_canary_without_a_kubeconfig_or_with_no_live_probe_is_exit_2(tmp_path, args):
+    result = CliRunner().invoke(main, ["verify", str(tmp_path / "inv.py"), "--canary", *args])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ")
+    assert "--canary: needs --kubeconfig, and no --snapshot-dir or --cluster-only" in result.output

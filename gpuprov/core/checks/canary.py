@@ -37,6 +37,9 @@ RUNNING, NOT_SCHEDULED, NOT_STARTED = "running", "not-scheduled", "not-started"
 _MIG_RESOURCE = "nvidia.com/mig-"
 _SHOWN = 300  # characters of a reason in a finding
 CONTAINER = "canary"  # the canary pod's one container
+# A waiting container's reasons that only say the kubelet is still at it (kubelet
+# kuberuntime: the sandbox or the init containers first); why it is stuck is in the events.
+_UNDER_WAY = ("ContainerCreating", "PodInitializing")
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def outcome(pod: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]] =
     if status.get("phase") == "Running" and "running" in state:
         return Outcome(RUNNING, node, "")
     for key in ("terminated", "waiting"):
-        if key in state and (state[key] or {}).get("reason"):
+        if key in state and (state[key] or {}).get("reason") not in (None, *_UNDER_WAY):
             detail = state[key]
             message = f": {detail['message']}" if detail.get("message") else ""
             return Outcome(NOT_STARTED, node, f"{detail['reason']}{message}")
