@@ -95,10 +95,12 @@ def test_a_module_importing_a_non_host_package_is_refused():
     for name, source in files.items():
         with pytest.raises(bundle.BundleError, match=f"{name} imports"):
             bundle._check_imports({name: source})
-    # The stdlib and pynvml are fine; an import only a type checker reads never runs.
+    # The stdlib, pynvml and the bundled HTTP/2 stack are fine; an import only a type checker
+    # reads never runs.
     bundle._check_imports(
         {
-            "gpuprov/agent/x.py": b"import json\nimport pynvml\nfrom typing import TYPE_CHECKING\n"
+            "gpuprov/agent/x.py": b"import json\nimport pynvml\nimport h2.connection\n"
+            b"from typing import TYPE_CHECKING\n"
             b"if TYPE_CHECKING:\n    from gpuprov.core.plan import HostPlan\n"
         }
     )
