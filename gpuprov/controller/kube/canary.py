@@ -67,7 +67,10 @@ class CanaryRun:
             signal.signal(signal.SIGTERM, self._old_sigterm)
 
     def _create(self) -> None:
-        self.client.run("apply", "-f", "-", stdin=json.dumps(canary_pods.namespace()))
+        namespace = json.dumps(canary_pods.namespace())
+        self.client._ok(
+            f"creating namespace {CANARY_NAMESPACE}", "apply", "-f", "-", stdin=namespace
+        )
         deadline = time.monotonic() + 30  # the controller manager makes the default account
         while self.client.run(
             "-n", CANARY_NAMESPACE, "get", "serviceaccount", "default"

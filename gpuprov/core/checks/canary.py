@@ -174,7 +174,12 @@ def _device_findings(canary: Canary, plan: HostPlan, probe: ProbeDocument | None
         expected = f"{canary.name} given one {canary.resource} device of the plan"
         return [Finding(canary.host, None, DEVICE, expected, _cut(found), hint)]
 
-    section = probe.pod_resources if probe is not None else None
+    if probe is None:
+        return finding(
+            "no probe document to read the kubelet's pod-resources from",
+            "see the host's other findings (unreachable, agent, probe-document)",
+        )
+    section = probe.pod_resources
     if section is None:
         return finding(
             "the probe has no pod_resources section",
@@ -199,7 +204,7 @@ def _device_findings(canary: Canary, plan: HostPlan, probe: ProbeDocument | None
             f"the kubelet lists {len(given)} devices for it: {', '.join(given[:4]) or 'none'}",
             "the kubelet's device manager did not record the allocation; check its log",
         )
-    planned = planned_devices(plan, probe) if probe is not None else {}
+    planned = planned_devices(plan, probe)
     device = given[0].partition(REPLICA_ID_SEPARATOR)[0]
     if device not in planned.get(canary.resource, set()):
         return finding(
