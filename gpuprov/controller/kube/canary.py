@@ -67,10 +67,7 @@ class CanaryRun:
             signal.signal(signal.SIGTERM, self._old_sigterm)
 
     def _create(self) -> None:
-        namespace = json.dumps(canary_pods.namespace())
-        self.client._ok(
-            f"creating namespace {CANARY_NAMESPACE}", "apply", "-f", "-", stdin=namespace
-        )
+        self.client.apply(json.dumps(canary_pods.namespace()))
         deadline = time.monotonic() + 30  # the controller manager makes the default account
         while self.client.run(
             "-n", CANARY_NAMESPACE, "get", "serviceaccount", "default"
@@ -94,9 +91,7 @@ class CanaryRun:
         ]
         if pods:
             listed = {"apiVersion": "v1", "kind": "List", "items": pods}
-            self.client._ok(
-                "creating the canary pods", "create", "-f", "-", stdin=json.dumps(listed)
-            )
+            self.client.create(json.dumps(listed))
         print(
             f"verify: {len(pods)} canary pod(s) in namespace {CANARY_NAMESPACE} "
             f"({CANARY_LABEL}={self.run_id})",
