@@ -160,11 +160,10 @@ class CanaryRun:
                 "-n", CANARY_NAMESPACE, "delete", "pods", "-l", f"{CANARY_LABEL}={self.run_id}",
                 "--ignore-not-found", "--wait=true", f"--timeout={DELETE_TIMEOUT_S}s",
             )  # fmt: skip
+            why = result.stderr.strip()[-300:] if result.returncode else None
         except KubectlError as e:
-            result = None
             why = str(e)
-        if result is None or result.returncode:
-            why = why if result is None else result.stderr.strip()[-300:]
+        if why is not None:
             print(
                 f"verify: could not delete the canary pods ({why}); delete them with "
                 f"`kubectl -n {CANARY_NAMESPACE} delete pods -l {CANARY_LABEL}={self.run_id}`",
