@@ -89,7 +89,7 @@ def test_one_canary_per_planned_resource_asking_for_one_unit_on_its_pool(mig):
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["n1"]
     assert "nodeName" not in spec  # the scheduler places it
-    assert spec["restartPolicy"] == "Never"
+    assert (spec["restartPolicy"], spec["dnsPolicy"]) == ("Never", "Default")
     assert manifest["metadata"]["namespace"] == CANARY_NAMESPACE
     assert manifest["metadata"]["labels"] == {
         "app.kubernetes.io/managed-by": "gpuprov",
@@ -159,7 +159,9 @@ def test_a_sandbox_the_runtime_could_not_start_is_the_last_warning_event():
         {"type": "Normal", "reason": "Scheduled", "message": "assigned", "lastTimestamp": "2"},
         {"type": "Warning", "reason": "FailedCreatePodSandBox", "lastTimestamp": "3",
          "message": "fork/exec /usr/bin/nvidia-container-runtime.missing: no such file"},
-        {"type": "Warning", "reason": "Older", "message": "x", "lastTimestamp": "1"},
+        {"type": "Warning", "reason": "FailedCreatePodSandBox", "lastTimestamp": "1",
+         "message": "an older one"},
+        {"type": "Warning", "reason": "MissingClusterDNS", "message": "x", "lastTimestamp": "4"},
     ]  # fmt: skip
     result = canary.outcome(pod, events)
     assert result.state == canary.NOT_STARTED

@@ -223,8 +223,11 @@ def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None
 
 
 def _last_warning(events: Sequence[Mapping[str, Any]]) -> str | None:
-    """The newest warning event's ``reason: message``."""
+    """The newest warning event's ``reason: message``, a failure's (``Failed...``: the
+    kubelet's reasons for what it could not do) before any other warning's."""
     warnings = [e for e in events if e.get("type") == "Warning"]
+    failures = [e for e in warnings if str(e.get("reason", "")).startswith("Failed")]
+    warnings = failures or warnings
     if not warnings:
         return None
     last = max(warnings, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")

@@ -116,6 +116,8 @@ def pod(
             "affinity": affinity,
             "tolerations": tolerations,
             "restartPolicy": "Never",
+            # The canary resolves no name: the node's resolver, not a cluster DNS it may lack.
+            "dnsPolicy": "Default",
             "terminationGracePeriodSeconds": 1,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
