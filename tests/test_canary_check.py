@@ -300,3 +300,13 @@ def test_canary_without_a_kubeconfig_or_with_no_live_probe_is_exit_2(tmp_path, a
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: ")
     assert "--canary: needs --kubeconfig, and no --snapshot-dir or --cluster-only" in result.output
+
+
+def test_a_long_reason_keeps_its_beginning_and_its_cause_at_the_end(shared):
+    c = the_canary(shared, "nvidia.com/gpu.shared")
+    reason = "FailedCreatePodSandBox: " + "x" * 600 + " fork/exec /usr/bin/r: no such file"
+    failed = canary.Outcome(canary.NOT_STARTED, "n1", reason)
+    (finding,) = canary.check(c, failed, shared, None, TIMEOUT)
+    assert finding.found.startswith("FailedCreatePodSandBox: xxx")
+    assert finding.found.endswith("fork/exec /usr/bin/r: no such file")
+    assert " ... " in finding.found and len(finding.found) <= 400

@@ -35,7 +35,7 @@ from gpuprov.host.contract import CANARY_NAMESPACE, REPLICA_ID_SEPARATOR
 PENDING, FAILED, DEVICE = "canary-pending", "canary-failed", "canary-device"
 RUNNING, NOT_SCHEDULED, NOT_STARTED = "running", "not-scheduled", "not-started"
 _MIG_RESOURCE = "nvidia.com/mig-"
-_SHOWN = 300  # characters of a reason in a finding
+_SHOWN = 400  # characters of a reason in a finding
 CONTAINER = "canary"  # the canary pod's one container
 # A waiting container's reasons that only say the kubelet is still at it (kubelet
 # kuberuntime: the sandbox or the init containers first); why it is stuck is in the events.
@@ -235,5 +235,10 @@ def _last_warning(events: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def _cut(text: str) -> str:
+    """``text`` on one line, its middle cut past ``_SHOWN`` characters: a runtime's error
+    wraps its cause (``fork/exec ...: no such file or directory``) at the end."""
     text = one_line(text)
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+    if len(text) <= _SHOWN:
+        return text
+    head = _SHOWN // 3
+    return f"{text[:head]} ... {text[-(_SHOWN - head - 5) :]}"
