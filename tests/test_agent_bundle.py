@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -39,7 +40,22 @@ def test_entries_are_sorted_with_fixed_times_and_exactly_the_host_package():
         for p in (package / "host").rglob("*.py")
         if "__pycache__" not in p.parts
     )
-    assert names == sorted(["__main__.py", "pynvml.py", "gpuprov/__init__.py", *host])
+    vendored = [n for n in names if n.split("/")[0] in bundle.VENDORED]
+    assert names == sorted(["__main__.py", "pynvml.py", "gpuprov/__init__.py", *host, *vendored])
+    # The gRPC client's HTTP/2 stack, whole and licensed (MIT): each installed module, verbatim.
+    for package in bundle.VENDORED:
+        module = importlib.import_module(package)
+        root = Path(module.__file__).parent
+        assert sorted(n for n in vendored if n.startswith(package + "/")) == sorted(
+            [f"{package}/LICENSE"]
+            + [
+                f"{package}/{p.relative_to(root).as_posix()}"
+                for p in root.rglob("*.py")
+                if "__pycache__" not in p.parts
+            ]
+        )
+        assert archive.read(f"{package}/__init__.py") == (root / "__init__.py").read_bytes()
+        assert b"MIT" in archive.read(f"{package}/LICENSE")
     assert archive.read("__main__.py") == Path(zipmain.__file__).read_bytes()
 
 
@@ -77,10 +93,12 @@ def test_a_module_importing_a_non_host_package_is_refused():
     for name, source in files.items():
         with pytest.raises(bundle.BundleError, match=f"{name} imports"):
             bundle._check_imports({name: source})
-    # The stdlib and pynvml are fine; an import only a type checker reads never runs.
+    # The stdlib, pynvml and the bundled HTTP/2 stack are fine; an import only a type checker
+    # reads never runs.
     bundle._check_imports(
         {
-            "gpuprov/agent/x.py": b"import json\nimport pynvml\nfrom typing import TYPE_CHECKING\n"
+            "gpuprov/agent/x.py": b"import json\nimport pynvml\nimport h2.connection\n"
+            b"from typing import TYPE_CHECKING\n"
             b"if TYPE_CHECKING:\n    from gpuprov.core.plan import HostPlan\n"
         }
     )

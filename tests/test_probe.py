@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -65,6 +66,9 @@ def test_a100_with_instances_reports_placements_ids_and_compute_instances(tmp_pa
     )
     assert first["uuid"].startswith("GPU-")
     assert first["mig"] == {"current": True, "pending": True}
+    # Each compute instance is a MIG device with a UUID of its own (the device plugin's id).
+    uuids = [ci.pop("uuid") for gi in first["gpu_instances"] for ci in gi["compute_instances"]]
+    assert len(set(uuids)) == 2 and all(re.fullmatch(r"MIG-[0-9a-f-]{36}", u) for u in uuids)
     assert first["gpu_instances"] == [
         {
             "id": 3,
@@ -104,9 +108,9 @@ def test_h100_profile_const_and_id_differ_and_the_real_start_shows(tmp_path, mon
     assert [
         (gi["profile"], gi["profile_id"], gi["start"], gi["size"]) for gi in gpu["gpu_instances"]
     ] == [("3g.40gb", 9, 0, 4), ("1g.20gb", 15, 6, 2)]
-    assert gpu["gpu_instances"][1]["compute_instances"] == [
-        {"id": 0, "profile_id": 0, "slice_count": 1}
-    ]
+    [ci] = gpu["gpu_instances"][1]["compute_instances"]
+    assert ci.pop("uuid").startswith("MIG-")
+    assert ci == {"id": 0, "profile_id": 0, "slice_count": 1}
 
 
 def test_non_mig_gpu_has_null_mig_and_no_instances(tmp_path, monkeypatch):

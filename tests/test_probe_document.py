@@ -97,6 +97,18 @@ def good() -> dict:
             "nvidia-smi": {"version": None, "held": True},
         },
         "units": {"gpuprov-mig.service": {"enabled": "enabled", "active": "inactive"}},
+        "pod_resources": {
+            "socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+            "containers": [
+                {
+                    "pod": "p",
+                    "namespace": "ns",
+                    "container": "c",
+                    "resource": "nvidia.com/gpu.shared",
+                    "device_ids": ["GPU-0::1"],
+                }
+            ],
+        },  # fmt: skip
     }
 
 
@@ -233,6 +245,26 @@ CASES = {
         'units["gpuprov-mig.service"]: unknown key "since"',
     ),
     "units is a string": (lambda d: d.update(units="all"), "units: a string, not a JSON object"),
+    "pod_resources without its socket": (
+        lambda d: d["pod_resources"].pop("socket"),
+        "pod_resources: missing socket",
+    ),
+    "a pod-resources row without its pod": (
+        lambda d: d["pod_resources"]["containers"][0].pop("pod"),
+        "pod_resources.containers[0]: missing pod",
+    ),
+    "a device id that is a number": (
+        lambda d: d["pod_resources"]["containers"][0].update(device_ids=[7]),
+        "pod_resources.containers[0].device_ids[0]: 7 is not a non-empty string",
+    ),
+    "device ids that are a string": (
+        lambda d: d["pod_resources"]["containers"][0].update(device_ids="GPU-0"),
+        "pod_resources.containers[0].device_ids: a string, not a list",
+    ),
+    "pod-resources rows that are an object": (
+        lambda d: d["pod_resources"].update(containers={"p": 1}),
+        "pod_resources.containers: a mapping, not a list",
+    ),
 }
 
 
@@ -246,6 +278,9 @@ def test_a_section_the_probe_could_not_read_is_its_error_not_a_schema_problem():
     document = good()
     document["packages"] = {"error": "no dpkg-query on this host"}
     document["units"] = {"error": "no systemctl on this host"}
+    document["pod_resources"]["containers"] = {"error": "answered gRPC status 7: denied"}
+    assert schema_problems(document) == []
+    document["pod_resources"]["containers"] = None  # no kubelet socket
     assert schema_problems(document) == []
 
 

@@ -74,6 +74,13 @@ _SUMMARY_NAMES = 5  # hosts the summary names per status before "… +N"
     "docs/health.md) in the same round trip.",
 )
 @click.option(
+    "--canary",
+    is_flag=True,
+    help="With --kubeconfig: run one pod per node and planned resource (canary_image) through "
+    "the scheduler, the device plugin and the container runtime, and check the device each "
+    "got; the pods are deleted afterwards.",
+)
+@click.option(
     "--cordon-unhealthy",
     is_flag=True,
     help="With --kubeconfig: cordon the nodes whose host has an unhealthy GPU (never uncordons).",
@@ -87,6 +94,7 @@ def verify(
     kubeconfig: str | None,
     cluster_only: bool,
     health: str,
+    canary: bool,
     cordon_unhealthy: bool,
 ) -> None:
     """Compare every host of INVENTORY with its plan; exit 1 if any drifts or is unreachable."""
@@ -95,10 +103,15 @@ def verify(
         raise InputError([Problem("--cordon-unhealthy", needs)])
     if cluster_only and (not kubeconfig or snapshot_dir):
         raise InputError([Problem("--cluster-only", "needs --kubeconfig and no --snapshot-dir")])
+    if canary and (not kubeconfig or snapshot_dir or cluster_only):
+        needs = "needs --kubeconfig, and no --snapshot-dir or --cluster-only"
+        raise InputError([Problem("--canary", needs)])
     loaded, cluster = load_plan(inventory, limit)
     cluster_check = ClusterCheck(kubeconfig, cluster) if kubeconfig else None
     if cluster_only:
         results: dict[str, list[Finding]] = {p.name: [] for p in cluster.hosts}
+    elif canary and kubeconfig:
+        results = _with_canaries(loaded, cluster, kubeconfig, health == "on")
     elif snapshot_dir:
         results = readback.verify_snapshots(snapshot_dir, cluster.hosts, health == "on")
     else:
@@ -116,6 +129,33 @@ def verify(
         node_names = cluster_check.node_names() if cluster_check is not None else {}
         click.echo(report_text(results, pools, node_names))
     sys.exit(EXIT_OK if report["ok"] else EXIT_DRIFT)
+
+
+def _with_canaries(
+    loaded: Any, cluster: Any, kubeconfig: str, health: bool
+) -> dict[str, list[Finding]]:
+    """Verify's live read-back with the canaries running: the pods first, then the single
+    probe round trip (with the kubelet's pod-resources) while they run, then their deletion,
+    then each host's canary findings after its others."""
+    from gpuprov.controller.kube.canary import CanaryRun
+    from gpuprov.core.checks import probe_document
+
+    run = CanaryRun(kubeconfig, cluster)
+    documents: dict[str, dict[str, Any]] = {}
+    with run:
+        outcomes = run.wait()
+        results = readback.verify_live(
+            loaded, cluster.hosts, health, pod_resources=True, documents=documents
+        )
+    probes = {}
+    for plan in cluster.hosts:
+        agent, python = plan.agent.gpuprov_agent_path, plan.agent.gpuprov_python
+        probes[plan.name] = probe_document.read(plan.name, documents.get(plan.name), agent, python)[
+            0
+        ]
+    for host, found in run.findings(outcomes, probes).items():
+        results.setdefault(host, []).extend(found)
+    return results
 
 
 def report_text(

@@ -1,7 +1,9 @@
 """Build the host-side agent bundle, ``agent.pyz``: a zipapp the deploy uploads to each host.
 
-It holds the host-side package ``gpuprov.host``, whole, and nvidia-ml-py's ``pynvml.py``, so a host needs only
-``python3`` (>= 3.10). The build is deterministic (sorted entries, fixed timestamps and modes):
+It holds the host-side package ``gpuprov.host``, whole, nvidia-ml-py's ``pynvml.py`` and the
+pure-Python HTTP/2 stack of the python-hyper project (``h2`` with its ``hpack`` and
+``hyperframe``, each with its LICENSE: MIT), which the kubelet's pod-resources reader speaks gRPC
+with (``gpuprov.host.kubelet.grpc_unary``), so a host needs only ``python3`` (>= 3.10). The build is deterministic (sorted entries, fixed timestamps and modes):
 the same sources give the same bytes, hence the same SHA1, and re-uploading it is a no-op.
 Each module's imports are checked: a host-side module that reached outside the stdlib and
 pynvml would fail on a host, so the build refuses it.
@@ -31,6 +33,8 @@ _PACKAGE = Path(__file__).resolve().parents[1]  # the gpuprov package directory
 # NVML, not the catalog, what a GPU can do).
 HOST_PACKAGE = "host"
 _MEMBERS = ("__init__.py", HOST_PACKAGE)
+# Installed pure-Python packages carried whole (top-level names), for the gRPC client.
+VENDORED = ("h2", "hpack", "hyperframe")
 # The zip's __main__.py: runs the agent from a bytecode-cached copy of the zip (see that module).
 _MAIN = _PACKAGE / HOST_PACKAGE / "agent" / "zipmain.py"
 
@@ -44,6 +48,8 @@ def build_bundle() -> bytes:
     """The zipapp's bytes (built once per process)."""
     files = _sources()
     files["pynvml.py"] = _pynvml_source()
+    for package in VENDORED:
+        files.update(_vendored(package))
     files["__main__.py"] = _MAIN.read_bytes()
     _check_imports(files)
     out = io.BytesIO()
@@ -102,6 +108,28 @@ def _pynvml_source() -> bytes:
     return Path(spec.origin).read_bytes()
 
 
+def _vendored(package: str) -> dict[str, bytes]:
+    """An installed pure-Python package's modules and its distribution's LICENSE, by zip name."""
+    from importlib import metadata
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise BundleError(f"{package} is not installed; `pip install {package}`")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    files = {
+        f"{package}/{p.relative_to(root).as_posix()}": p.read_bytes()
+        for p in sorted(root.rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
+    licenses = [
+        f for f in metadata.distribution(package).files or () if f.name.startswith("LICENSE")
+    ]
+    if not licenses:
+        raise BundleError(f"{package}'s distribution has no LICENSE file to carry with it")
+    files[f"{package}/LICENSE"] = Path(licenses[0].locate()).read_bytes()
+    return files
+
+
 def _check_imports(files: dict[str, bytes]) -> None:
     modules = {_module_name(n) for n in files if n.endswith(".py")}
     on_disk = {
@@ -113,13 +141,13 @@ def _check_imports(files: dict[str, bytes]) -> None:
             continue
         for imported in _imports(name, source):
             top = imported.split(".")[0]
-            if top in sys.stdlib_module_names or top == "pynvml":
+            if top in sys.stdlib_module_names or top in ("pynvml", *VENDORED):
                 continue
             if top == "gpuprov" and _bundled(imported, modules, on_disk):
                 continue
             raise BundleError(
                 f"{name} imports {imported}, which a GPU host does not have; "
-                "only the stdlib and pynvml may be used host-side"
+                "only the stdlib, pynvml and " + ", ".join(VENDORED) + " may be used host-side"
             )
 
 

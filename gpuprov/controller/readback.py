@@ -49,7 +49,7 @@ from gpuprov.core.checks.host import (
 )
 from gpuprov.core.findings import Finding
 from gpuprov.core.plan import HostPlan
-from gpuprov.host.contract import SNAPSHOT_SUFFIX
+from gpuprov.host.contract import POD_RESOURCES_SOCKET, SNAPSHOT_SUFFIX
 
 # pyinfra's API runs each host in a greenlet. As pyinfra's own CLI does (pyinfra_cli/__init__.py),
 # make blocking I/O cooperative: otherwise paramiko's blocking reads stop gevent's hub, and a host
@@ -71,11 +71,14 @@ def unreachable(host: str, reason: str, hint: str) -> Finding:
     return Finding(host, None, "unreachable", "reachable", reason, hint)
 
 
-def fact_arguments(plan: HostPlan, health: bool = True) -> dict[str, Any]:
+def fact_arguments(
+    plan: HostPlan, health: bool = True, pod_resources: bool = False
+) -> dict[str, Any]:
     """The ``VerifyProbe`` arguments for one host: its agent, interpreter, wanted files, on
     containerd hosts the main config whose effective result the probe reads, whether it reads
     the GPUs' health, the kubelet's device-plugin directory (unless
-    ``verify_kubelet_devices`` is off), and the packages and units the deploy manages."""
+    ``verify_kubelet_devices`` is off), the packages and units the deploy manages, and with
+    ``pod_resources`` the kubelet's pod-resources socket (``verify --canary``)."""
     wanted = wanted_files(plan)
     return {
         "agent_path": plan.agent.gpuprov_agent_path,
@@ -88,6 +91,7 @@ def fact_arguments(plan: HostPlan, health: bool = True) -> dict[str, Any]:
         "kubelet_devices": kubelet_devices_dir(plan),
         "packages": list(wanted_packages(plan)),
         "units": list(wanted_units(plan)),
+        "pod_resources": POD_RESOURCES_SOCKET if pod_resources else None,
     }
 
 
@@ -102,10 +106,16 @@ class _ConnectErrors(BaseStateCallback):
 
 
 def verify_live(
-    loaded: inventory_.LoadedInventory, plans: Sequence[HostPlan], health: bool = True
+    loaded: inventory_.LoadedInventory,
+    plans: Sequence[HostPlan],
+    health: bool = True,
+    pod_resources: bool = False,
+    documents: dict[str, dict[str, Any]] | None = None,
 ) -> Results:
     """Connect to every host of ``plans``, read its state in one round trip, compare;
-    ``health``: read and judge the GPUs' health in that same round trip."""
+    ``health``: read and judge the GPUs' health in that same round trip; ``pod_resources``:
+    read the kubelet's pod-resources in it too. ``documents``, when given, receives each probe
+    document read (by host) for the callers that compare more (``verify --canary``)."""
     by_name = {h.name: h for h in loaded.pyinfra}
     hosts = [by_name[p.name] for p in plans]
     state = State(inventory=loaded.pyinfra, config=Config(), initial_limit=hosts)
@@ -120,9 +130,11 @@ def verify_live(
         pass  # "No hosts remaining!": every host failed to connect; each one is named below
     connected = [(by_name[p.name], p) for p in plans if by_name[p.name].connected]
     try:
-        observed = _gather(state, connected, health)
+        observed = _gather(state, connected, health, pod_resources)
     finally:
         disconnect_all(state)
+    if documents is not None:
+        documents.update({n: d for n, d in observed.items() if not isinstance(d, Finding)})
     results: Results = {}
     for plan in plans:
         if isinstance(observed.get(plan.name), Finding):
@@ -143,12 +155,13 @@ def verify_live(
 
 
 def _gather(
-    state: State, hosts: list[tuple[Host, HostPlan]], health: bool
+    state: State, hosts: list[tuple[Host, HostPlan]], health: bool, pod_resources: bool = False
 ) -> dict[str, dict[str, Any] | Finding]:
     """Each host's probe document (or the finding why there is none), all hosts at once."""
     with ctx_state.use(state):
         greenlets = {
-            plan.name: state.pool.spawn(_probe, state, host, plan, health) for host, plan in hosts
+            plan.name: state.pool.spawn(_probe, state, host, plan, health, pod_resources)
+            for host, plan in hosts
         }
     started = time.monotonic()
     pending = list(greenlets.values())
@@ -166,7 +179,9 @@ def _gather(
     return {name: greenlet.get() for name, greenlet in greenlets.items()}
 
 
-def _probe(state: State, host: Host, plan: HostPlan, health: bool) -> dict[str, Any] | Finding:
+def _probe(
+    state: State, host: Host, plan: HostPlan, health: bool, pod_resources: bool = False
+) -> dict[str, Any] | Finding:
     """One host's probe document, run under its ``gpuprov_timeout_probe``.
 
     A probe that exits non-zero or prints no document reads as an empty document, as a failed
@@ -176,7 +191,7 @@ def _probe(state: State, host: Host, plan: HostPlan, health: bool) -> dict[str, 
     """
     limit = plan.timeouts.gpuprov_timeout_probe
     fact = VerifyProbe()
-    command = fact.command(**fact_arguments(plan, health))
+    command = fact.command(**fact_arguments(plan, health, pod_resources))
     started = time.monotonic()
     try:
         with ctx_host.use(host):

@@ -34,6 +34,7 @@ from gpuprov.core.plan_areas import (
     MODE_AREAS,
     Agent,
     Budget,
+    Canary,
     ContainerRuntime,
     DevicePlugin,
     Driver,
@@ -117,6 +118,7 @@ class HostPlan:
     timeouts: Timeouts
     health: Health
     queues: Queues
+    canary: Canary
     sharing: Sharing | None = None
     budget: Budget | None = None
     vgpu: Vgpu | None = None  # the HAMi-core shares of a host in `vgpu`

@@ -184,6 +184,15 @@ class Health:
 # HostPlan's field name -> the area it holds; every host has each of these. ``Sharing``,
 # ``Budget`` and ``Vgpu`` (gpuprov.core.vgpu) are the areas of keys only some modes set.
 @dataclass(frozen=True)
+class Canary:
+    """``gpuprov verify --canary``'s pods on this host's node: image, command, start limit."""
+
+    canary_image: str
+    canary_command: list[str]
+    canary_timeout: int
+
+
+@dataclass(frozen=True)
 class Queues:
     """The teams' queues over the pools (group data of the inventory's top group): checked
     here, worked out against the cluster's capacity by ``gpuprov.core.cluster.queues``."""
@@ -205,6 +214,7 @@ AREAS: dict[str, type] = {
     "timeouts": Timeouts,
     "health": Health,
     "queues": Queues,
+    "canary": Canary,
 }
 MODE_AREAS: dict[str, type] = {"sharing": Sharing, "budget": Budget}
 

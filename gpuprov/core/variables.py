@@ -71,6 +71,10 @@ TIME_SLICING_REPLICAS_MAX = 1024
 SHARE_MEMORY_MAX_GIB = 1024
 # `kubectl drain --timeout`; a deploy that waits more than a day on one node is a hang.
 DRAIN_TIMEOUT_MAX = 86400
+# `gpuprov verify --canary`: a canary that has not started in an hour will not.
+CANARY_TIMEOUT_MAX = 3600
+# An OCI image reference: [registry/]repository[:tag][@digest], no spaces (distribution/reference).
+_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:@+-]*[a-z0-9]", re.IGNORECASE)
 # No GPU has more than seven GPU instances (NVIDIA MIG User Guide, Supported MIG Profiles).
 MIG_COUNT_MAX = 7
 # mig-parted profile names are short ([Nc.]Ng.Mgb[+attr]); a layout lists each profile once.
@@ -211,6 +215,15 @@ def _list(item: Callable[[Any], str]) -> Callable[[Any], list[str]]:
         return [item(v) for v in value]
 
     return check
+
+
+def _non_empty(check: Callable[[Any], list[str]]) -> Callable[[Any], list[str]]:
+    def non_empty(value: Any) -> list[str]:
+        if not check(value):
+            raise ValueError("must list at least one item")
+        return list(value)
+
+    return non_empty
 
 
 def _gib(value: Any) -> int | float:
@@ -651,6 +664,31 @@ _VARIABLES = [
         "refused (kubectl refuses it).",
         _drain_timeout,
         planned=_int(1, DRAIN_TIMEOUT_MAX, "a day"),  # a plan holds the seconds
+    ),
+    # --- gpuprov verify --canary (docs/kubernetes.md "Canary pods")
+    Variable(
+        "canary_timeout",
+        180,
+        f"Seconds `gpuprov verify --canary` gives each canary pod to be scheduled and start "
+        f"(image pull included), 1 to {CANARY_TIMEOUT_MAX}.",
+        _int(1, CANARY_TIMEOUT_MAX, "a canary that has not started in an hour will not"),
+    ),
+    Variable(
+        "canary_image",
+        # NVIDIA's CUDA base image (catalog.ngc.nvidia.com/orgs/nvidia/containers/cuda, tag
+        # 12.8.1-base-ubuntu24.04: gitlab.com/nvidia/container-images/cuda dist/12.8.1/ubuntu2404/base).
+        "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04",
+        "Image of the canary pods (`IfNotPresent`): NVIDIA's CUDA base image by default; an "
+        "air-gapped cluster names its mirror's copy.",
+        _matching(_IMAGE, "an image reference (registry/repository:tag, no spaces)"),
+    ),
+    Variable(
+        "canary_command",
+        ["sleep", "3600"],
+        "Command of the canary container; it must keep running while verify reads the "
+        "kubelet's pod-resources (the pod is deleted right after; a pod left by a killed verify "
+        "ends within the hour).",
+        _non_empty(_list(_str)),
     ),
 ]
 

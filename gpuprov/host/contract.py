@@ -125,6 +125,14 @@ KUBELET_SOCKET_NAME = "kubelet.sock"
 # again per allocation); 32 GPUs x 1024 replicas of ~50-byte ids is ~1.6 MB, so 8 MiB leaves room
 # for the pods' entries and stays bounded.
 KUBELET_CHECKPOINT_MAX_BYTES = 8 << 20
+# The kubelet's pod-resources API (kubernetes v1.34.4 pkg/kubelet/kubelet.go
+# ListenAndServePodResources: <root-dir>/pod-resources/kubelet.sock, the directory named by
+# pkg/kubelet/config/defaults.go DefaultKubeletPodResourcesDirName); gpuprov.host.kubelet.
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# The most rows (container x resource) the probe reports: maxPods is at most a few hundred.
+POD_RESOURCES_CONTAINERS_MAX = 4096
+# Seconds the probe waits for the kubelet's answer (a local call; it answers in milliseconds).
+POD_RESOURCES_TIMEOUT_S = 10.0
 # The most socket names the probe lists in the directory (one per resource a plugin serves).
 DEVICE_PLUGIN_SOCKETS_MAX = 256
 
@@ -193,6 +201,16 @@ POOL_LABEL = f"{KUBE_LABEL_DOMAIN}/pool"  # default pool label and taint key, va
 OWNED_TAINTS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/taints"  # the taints gpuprov set last time
 OWNED_LABELS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/labels"  # the labels gpuprov set last time
 KUBE_FIELD_MANAGER = "gpuprov"
+# `gpuprov verify --canary`: its pods' namespace and labels (docs/kubernetes.md "Canary pods").
+CANARY_NAMESPACE = "gpuprov-canary"
+CANARY_LABEL = f"{KUBE_LABEL_DOMAIN}/canary"  # value: the run's id, so a run removes its own
+CANARY_HOST_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/host"
+CANARY_RESOURCE_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/resource"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"  # well-known label (kubernetes.io/docs labels)
+# NVIDIA's device plugin names a time-sliced replica ``<id>::<n>`` (k8s-device-plugin
+# internal/rm/devices.go NewAnnotatedID: ``fmt.Sprintf("%s::%d", id, replica)``; device_map.go
+# makes one per replica).
+REPLICA_ID_SEPARATOR = "::"
 DEVICE_PLUGIN_CONFIGMAP = "gpuprov-device-plugin-configs"  # keys are config names
 DEVICE_PLUGIN_DEFAULT_CONFIG = "whole"  # nodes without the label: whole cards
 MIG_PARTED_CONFIGMAP = "gpuprov-mig-parted-config"

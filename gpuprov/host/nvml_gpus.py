@@ -40,7 +40,25 @@ def read_gpu(index: int) -> dict[str, Any]:
     }
     if gpu["mig"]["current"]:
         gpu["gpu_instances"] = _gpu_instances(device)
+        uuids = _mig_device_uuids(device)
+        for gi in gpu["gpu_instances"]:
+            for ci in gi["compute_instances"]:
+                ci["uuid"] = uuids.get((gi["id"], ci["id"]))
     return gpu
+
+
+def _mig_device_uuids(device: Any) -> dict[tuple[int, int], str]:
+    """(GPU instance id, compute instance id) -> the UUID of that MIG device (``MIG-...``), the
+    id NVIDIA's device plugin gives a container of it (``NVIDIA_VISIBLE_DEVICES``)."""
+    found = {}
+    for position in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(device)):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(device, position)
+        except pynvml.NVMLError_NotFound:  # MIG devices need not fill the slots in order
+            continue
+        key = (pynvml.nvmlDeviceGetGpuInstanceId(mig), pynvml.nvmlDeviceGetComputeInstanceId(mig))
+        found[key] = pynvml.nvmlDeviceGetUUID(mig)
+    return found
 
 
 def _profiles(lookup: Any, count: int) -> list[Any]:

@@ -1,5 +1,6 @@
 # Every host of inventories/lab.py (pyinfra's group named after the inventory file).
 # Paths follow the lab's run directory (/tmp/gpuprov-lab, or $GPUPROV_LAB_DIR).
+from gpuprov_lab import images as lab_images
 from gpuprov_lab import inventory as lab
 from gpuprov_lab.services import repo_url
 
@@ -41,3 +42,9 @@ kube_queues = {
     "team-a": {"quota": {"shared": 0.5, "whole_card": 0.5}, "cohort": "gpus"},
     "team-b": {"quota": {"shared": 0.5, "mig": 1.0, "whole_card": 0.5}, "cohort": "gpus"},
 }
+
+# `gpuprov verify --canary`: no registry is reachable from the lab, so its canary pods run the
+# lab's own image (Debian's static busybox, imported into each host's containerd by `lab up`;
+# gpuprov_lab/images.py). A lab pod starts in seconds (docs/performance.md).
+canary_image = lab_images.CANARY
+canary_timeout = 90

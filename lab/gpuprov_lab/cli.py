@@ -4,7 +4,7 @@ sudo gpuprov lab up                  # 3 hosts: 8 x A100 (shared), 8 x H100 (mig
 sudo gpuprov lab up --hosts 8        # cycling through the same three kinds
 sudo gpuprov lab up --no-kube        # no control plane, no kubelet, no device plugin
 sudo gpuprov lab status --format json
-sudo gpuprov lab demo                # up, deploy, verify (with --kubeconfig)
+sudo gpuprov lab demo                # up, deploy, verify (with --kubeconfig --canary)
 sudo gpuprov lab down
 
 With Kubernetes (the default) the lab runs etcd, kube-apiserver (on 10.200.0.1:16443),
@@ -173,7 +173,8 @@ def _kube_status(kube: dict | None) -> None:
 @bad_input
 def demo(count: int | None, spec_file: str | None) -> None:
     """Start the lab, deploy it with pyinfra, apply the cluster side (`gpuprov kube apply`),
-    verify hosts and nodes (`--kubeconfig`), and say how to look around."""
+    verify hosts and nodes (`--kubeconfig`) with a canary pod per node and resource
+    (`--canary`), and say how to look around."""
     run = _up(count, spec_file)
     kube = (run.read_state() or {}).get("kube")
     env = controlplane.env_with_kubectl(kube and kube["kubectl"])
@@ -186,6 +187,8 @@ def demo(count: int | None, spec_file: str | None) -> None:
         _demo_step([gpuprov, "kube", "apply", INVENTORY, *kubeconfig], env)
         verify += kubeconfig
         _wait_advertised(verify, env)
+        # Once the nodes advertise their plan, a pod per node and resource must run on it.
+        verify.append("--canary")
     _demo_step(verify, env)
     click.echo(
         f"\nLook around:  ssh -F {run.ssh_config} {spec.SUBNET_PREFIX}11   (or a host name above)"

@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gpuprov.host.contract import AGENT_PATH, KUBELET_DEVICE_PLUGIN_DIR
+from gpuprov.host.contract import AGENT_PATH, DEVICE_PLUGIN_UNIT, KUBELET_DEVICE_PLUGIN_DIR
 from gpuprov_lab import controlplane, lifecycle, network, ssh
 from gpuprov_lab.rundir import RunDir, default_dir
 from gpuprov_lab.sim.contract import SIM_KERNEL_LOG_NAME, SIM_STATE_PATH
@@ -272,7 +272,7 @@ class Lab:
         the devices it marked unhealthy so until it restarts. Returns once the node shows the
         planned allocatable again (a lab without Kubernetes: at once)."""
         kmsg = f"{SIM_STATE_PATH.rsplit('/', 1)[0]}/{SIM_KERNEL_LOG_NAME}"
-        self.run(host, f": > {kmsg} && systemctl restart nvidia-device-plugin.service")
+        self.run(host, f": > {kmsg} && systemctl restart {DEVICE_PLUGIN_UNIT}")
         if not self.kube:
             return
         planned = {r: str(n) for r, n in self.plan()[host]["resources"].items()}

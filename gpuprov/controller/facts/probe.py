@@ -120,6 +120,7 @@ class VerifyProbe(AgentProbe):
     + kubelet_devices: the kubelet's device-plugin directory; None to leave the section out
     + packages: Debian package names or dpkg-query patterns: installed version and hold
     + units: systemd units: enabled and active
+    + pod_resources: the kubelet's pod-resources socket: every pod's devices (``List``)
 
     .. code:: python
 
@@ -127,7 +128,11 @@ class VerifyProbe(AgentProbe):
                                   "checkpoint": '{"Data": {...}, "Checksum": 3764097439}',
                                   "sockets": ["kubelet.sock", "nvidia-gpu.shared.sock"]},
               "packages": {"nvidia-driver": {"version": "535.216.03-2~bpo12+1", "held": True}},
-              "units": {"gpuprov-mig.service": {"enabled": "enabled", "active": "inactive"}}}
+              "units": {"gpuprov-mig.service": {"enabled": "enabled", "active": "inactive"}},
+              "pod_resources": {"socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+                                "containers": [{"pod": "p", "namespace": "ns", "container": "c",
+                                                "resource": "nvidia.com/gpu",
+                                                "device_ids": ["GPU-…"]}]}}
     """
 
     @override
@@ -143,6 +148,7 @@ class VerifyProbe(AgentProbe):
         packages: Sequence[str] = (),
         units: Sequence[str] = (),
         critical_xids: str | None = None,
+        pod_resources: str | None = None,
     ) -> StringCommand:
         extra = ["--containerd", QuoteString(containerd)] if containerd else []
         if health:
@@ -155,4 +161,6 @@ class VerifyProbe(AgentProbe):
             extra += ["--package", QuoteString(name)]
         for unit in units:
             extra += ["--unit", QuoteString(unit)]
+        if pod_resources:
+            extra += ["--pod-resources", QuoteString(pod_resources)]
         return self._command(agent_path, python, files, globs, extra)

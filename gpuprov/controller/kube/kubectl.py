@@ -167,6 +167,10 @@ class Kubectl:
             stdin=manifests,
         )
 
+    def create(self, manifests: str) -> str:
+        """Create the objects of ``manifests`` (JSON or YAML); fails if one exists."""
+        return self._ok("kubectl create", "create", "-f", "-", stdin=manifests)
+
     def diff(self, manifests: str) -> str:
         """What :meth:`apply` would change (``kubectl diff`` exits 1 when something differs)."""
         result = self.run(

@@ -30,6 +30,7 @@ from gpuprov.host.contract import (
     KERNEL_LOG_MAX_XIDS_PER_GPU,
     NVML_ECC_COUNT_MAX,
     NVML_UINT_MAX,
+    POD_RESOURCES_CONTAINERS_MAX,
     PROBE_AGENT_MISSING,
     PROBE_NVML_OK,
     PROBE_NVML_STATES,
@@ -59,12 +60,14 @@ _TOP_OPTIONAL = {
     "health",
     "packages",
     "units",
+    "pod_resources",
 }
 _KUBELET_DEVICES = ("directory", "checkpoint", "sockets")
 # A socket name is one directory entry: NAME_MAX of Linux file systems.
 _NAME_MAX = 255
 _GPU = ("index", "uuid", "name", "memory_total_mib", "pci_bus_id", "mig", "gpu_instances")
 _GI = ("id", "profile_id", "profile", "start", "size", "compute_instances")
+# A compute instance may also carry ``uuid``, its MIG device's UUID (probes before it had none).
 _CI = ("id", "profile_id", "slice_count")
 # The health section (gpuprov.host.health.section): each NVML reading is these fields, the text
 # HEALTH_NOT_SUPPORTED, or {"error": why}.
@@ -94,6 +97,15 @@ MAX_UNITS = 64
 MAX_NAME = 255  # a Debian package or systemd unit name is one file name (NAME_MAX)
 MAX_STATE = 64  # a Debian version (dpkg has no limit; real ones are < 64) or a systemctl word
 _PACKAGE = {"version": (str, type(None)), "held": (bool,)}
+# The pod_resources section (gpuprov.host.kubelet.pod_resources): the socket and one row per
+# container and resource. Names are Kubernetes names (a pod's at most 253 characters, a
+# resource's at most 63 + a 253-character prefix); a device id is the plugin's (no limit in the
+# API; NVIDIA's are < 64), bounded here by MAX_DEVICE_ID, each row by MAX_DEVICE_IDS.
+_POD_RESOURCES = ("socket", "containers")
+_POD_ROW = ("pod", "namespace", "container", "resource", "device_ids")
+MAX_KUBE_NAME = 317
+MAX_DEVICE_ID = 256
+MAX_DEVICE_IDS = 1024
 _UNIT = {"enabled": (str,), "active": (str,)}
 
 
@@ -121,6 +133,9 @@ class ProbeDocument:
     packages: Mapping[str, Any] | None = None
     # {unit: {"enabled": str, "active": str}} or {"error": why}; None when not read
     units: Mapping[str, Any] | None = None
+    # {"socket": path, "containers": [{"pod", "namespace", "container", "resource",
+    # "device_ids"}] | None (no socket) | {"error": why}}; None when not read
+    pod_resources: Mapping[str, Any] | None = None
 
 
 def read(
@@ -178,6 +193,7 @@ def read(
         kubelet_devices=document.get("kubelet_devices"),
         packages=document.get("packages"),
         units=document.get("units"),
+        pod_resources=document.get("pod_resources"),
     ), []
 
 
@@ -308,6 +324,30 @@ class _Schema:
             self.states("packages", doc["packages"], _PACKAGE, MAX_PACKAGES)
         if "units" in doc:
             self.states("units", doc["units"], _UNIT, MAX_UNITS)
+        if "pod_resources" in doc:
+            self.pod_resources(doc["pod_resources"])
+
+    def pod_resources(self, section: Any) -> None:
+        """The kubelet's pod-resources List as the probe reports it."""
+        where = "pod_resources"
+        if not self.keys(where, section, _POD_RESOURCES):
+            return
+        self.string(f"{where}.socket", section.get("socket"), empty=False, longest=MAX_PATH)
+        rows = section.get("containers")
+        if rows is None or _unread(rows):
+            return
+        if not self.listed(f"{where}.containers", rows, POD_RESOURCES_CONTAINERS_MAX):
+            return
+        for n, row in enumerate(rows):
+            at = f"{where}.containers[{n}]"
+            if not self.keys(at, row, _POD_ROW):
+                continue
+            for key in _POD_ROW[:4]:
+                self.string(f"{at}.{key}", row.get(key), longest=MAX_KUBE_NAME)
+            ids = row.get("device_ids")
+            if "device_ids" in row and self.listed(f"{at}.device_ids", ids, MAX_DEVICE_IDS):
+                for i, device in enumerate(ids):
+                    self.string(f"{at}.device_ids[{i}]", device, empty=False, longest=MAX_DEVICE_ID)
 
     def states(
         self, where: str, section: Any, fields: Mapping[str, tuple[type, ...]], most: int
@@ -484,10 +524,11 @@ class _Schema:
             ):
                 for m, ci in enumerate(cis):
                     ci_at = f"{at}.compute_instances[{m}]"
-                    if self.keys(ci_at, ci, _CI):
+                    if self.keys(ci_at, ci, _CI, ("uuid",)):
                         self.integer(f"{ci_at}.id", ci.get("id"))
                         self.integer(f"{ci_at}.profile_id", ci.get("profile_id"))
                         self.integer(f"{ci_at}.slice_count", ci.get("slice_count"), 1)
+                        self.string(f"{ci_at}.uuid", ci.get("uuid"), optional=True, empty=False)
 
     def kubelet_devices(self, section: Any) -> None:
         where = "kubelet_devices"

@@ -14,7 +14,9 @@ checkpoint (read the same way, up to ``KUBELET_CHECKPOINT_MAX_BYTES``) and the s
 DIR (``gpuprov.host.kubelet.sockets``). ``--package NAME`` adds a ``packages`` section (each
 package dpkg knows: installed version and hold; ``gpuprov.host.packages``) and ``--unit NAME`` a
 ``units`` section (``systemctl is-enabled`` / ``is-active``; ``gpuprov.host.units``): the same
-commands the deploy's facts run.
+commands the deploy's facts run. ``--pod-resources SOCKET`` adds a ``pod_resources`` section:
+every pod's devices as the kubelet's pod-resources API lists them
+(``gpuprov.host.kubelet.pod_resources``).
 
     $ python3 -m gpuprov.host.agent.probe --file /etc/nvidia/device-plugin/config.yaml
     {"schema": "gpuprov.probe/v1", "nvml": "ok", "driver_version": "535.261.03", ...}
@@ -46,7 +48,7 @@ from gpuprov.host.contract import (
 from gpuprov.host.files import read_file, read_files
 from gpuprov.host.health import kernel_log, nvml_counters, xid
 from gpuprov.host.health import section as health_section
-from gpuprov.host.kubelet import sockets
+from gpuprov.host.kubelet import pod_resources, sockets
 from gpuprov.host.nvml_gpus import read_gpu
 
 # nvmlInit's failures that say what the host lacks: the document's ``nvml`` value.
@@ -67,6 +69,7 @@ def probe(
     packages: Sequence[str] = (),
     units: Sequence[str] = (),
     critical_xids: Sequence[int] = xid.DEFAULT_CRITICAL,
+    pod_resources_socket: str | None = None,
 ) -> dict[str, Any]:
     """The probe document for this host; ``files``/``globs`` add a ``files`` section,
     ``containerd`` (the main config's path) a ``containerd`` section: what containerd says
@@ -75,7 +78,8 @@ def probe(
     ``kernel_log_path`` (``gpuprov.host.health``), ``critical_xids`` never capped;
     ``kubelet_devices_dir`` (the kubelet's device-plugin directory) a ``kubelet_devices``
     section (``read_kubelet_devices``); ``packages`` (names or dpkg-query patterns) a
-    ``packages`` section and ``units`` a ``units`` section.
+    ``packages`` section and ``units`` a ``units`` section; ``pod_resources_socket`` (the
+    kubelet's pod-resources socket) a ``pod_resources`` section (``pod_resources.section``).
 
     >>> probe()["nvml"]            # on a machine without libnvidia-ml  # doctest: +SKIP
     'library-not-found'
@@ -106,6 +110,8 @@ def probe(
         document["packages"] = dpkg.read(packages)
     if units:
         document["units"] = systemd_units.read(units)
+    if pod_resources_socket:
+        document["pod_resources"] = pod_resources.section(pod_resources_socket)
     return document
 
 
@@ -212,6 +218,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="UNIT",
         help="include whether this systemd unit is enabled and active (repeatable)",
     )
+    parser.add_argument(
+        "--pod-resources",
+        metavar="SOCKET",
+        help="include every pod's devices as the kubelet's pod-resources API at SOCKET lists "
+        "them (v1 List)",
+    )
     parser.add_argument("--format", choices=["json"], default="json", help="output format")
     return parser
 
@@ -246,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         packages=options.package,
         units=options.unit,
         critical_xids=options.critical_xids,
+        pod_resources_socket=options.pod_resources,
     )
     print(json.dumps(document, indent=2))
     return 0
