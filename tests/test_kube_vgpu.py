@@ -179,12 +179,46 @@ GOOD = {
 }
 
 
+# What each plugin writes for 8 A100-80GB (formats: gpuprov.core.checks.vgpu_register; real
+# ones the lab's plugins wrote are in tests/data/vgpu_register/).
+UUIDS = [f"GPU-5a1c0d2e-0000-4000-8000-00000000000{i}" for i in range(8)]
+ANNOTATIONS = {
+    "hami-1.example": {
+        "hami.io/node-nvidia-register": json.dumps(
+            [
+                {
+                    "id": u,
+                    "index": i,
+                    "count": 10,
+                    "devmem": 81920,
+                    "devcore": 100,
+                    "type": "NVIDIA A100-SXM4-80GB",
+                    "mode": "hami-core",
+                    "health": True,
+                }
+                for i, u in enumerate(UUIDS)
+            ]
+        )
+    },
+    "volcano-1": {
+        "volcano.sh/node-vgpu-register": "".join(
+            f"{u},4,80,NVIDIA-NVIDIA A100-SXM4-80GB,true,hami-core:" for u in UUIDS
+        )
+    },
+    "ts-1": {},
+}
+
+
 @pytest.fixture
 def nodes(cluster):
     out = {}
     for want in render(cluster, DEFAULT_NAMESPACE).nodes:
         out[want.name] = {
-            "metadata": {"name": want.name, "labels": dict(want.labels)},
+            "metadata": {
+                "name": want.name,
+                "labels": dict(want.labels),
+                "annotations": dict(ANNOTATIONS[want.name]),
+            },
             "spec": {"taints": [t.as_api() for t in want.taints]},
             "status": {"allocatable": dict(GOOD[want.name])},
         }
@@ -245,3 +279,29 @@ def test_a_device_plugin_config_label_left_on_a_vgpu_node_is_named(cluster, node
 def test_a_hami_node_without_gpu_on_is_named(cluster, nodes):
     del nodes["hami-1.example"]["metadata"]["labels"]["gpu"]
     assert check(cluster, nodes) == {"hami-1": [("kube-label", "gpu=on", "no label gpu")]}
+
+
+def test_a_volcano_node_whose_plugin_has_not_seen_the_new_split_is_named(cluster, nodes):
+    note = nodes["volcano-1"]["metadata"]["annotations"]
+    note["volcano.sh/node-vgpu-register"] = note["volcano.sh/node-vgpu-register"].replace(
+        ",4,80,", ",10,80,", 1
+    )
+    [(name, expected, found)] = check(cluster, nodes)["volcano-1"]
+    assert (name, expected, found) == (
+        "vgpu-register",
+        f"{UUIDS[0]} count: 4",
+        f"{UUIDS[0]} count: 10",
+    )
+
+
+def test_a_hami_node_without_its_register_annotation_is_named(cluster, nodes):
+    nodes["hami-1.example"]["metadata"]["annotations"] = {}
+    assert check(cluster, nodes) == {
+        "hami-1": [
+            (
+                "vgpu-register",
+                "annotation hami.io/node-nvidia-register",
+                "no annotation hami.io/node-nvidia-register",
+            )
+        ]
+    }

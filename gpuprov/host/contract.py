@@ -232,6 +232,14 @@ HAMI_NODE_CONFIGMAP = "gpuprov-hami-node-config"
 VOLCANO_NODE_CONFIGMAP = "volcano-vgpu-node-config"
 VGPU_NODE_CONFIGMAP_KEY = "config.json"
 VGPU_NAMESPACE = "kube-system"  # where both charts install by default
+# The Node annotation each flavour's device plugin writes with what it registered, per GPU:
+# HAMi v2.10.0 a JSON list of pkg/device/devices.go DeviceInfo (pkg/device/nvidia/register.go);
+# Volcano's v1.12.0 colon-terminated comma records (pkg/plugin/vgpu/register.go, util.go).
+# ../shared/reference/vgpu-plugins.md sections 6 and 7 (observed with the real binaries).
+VGPU_REGISTER_ANNOTATIONS = {
+    "hami": "hami.io/node-nvidia-register",
+    "volcano": "volcano.sh/node-vgpu-register",
+}
 # The GPU Operator's gate for its device plugin on a node: "false" keeps NVIDIA's plugin off a
 # vgpu node, which would otherwise advertise the same GPUs a second time.
 OPERATOR_DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"

@@ -4,7 +4,8 @@ Input is the plan and the Node objects of one node list (``Kubectl.nodes``: each
 fields compared here); output is findings per host. Checked per planned node: it exists; it carries gpuprov's labels (pool labels and the
 ``nvidia.com/device-plugin.config`` label, as ``gpuprov kube render`` plans them) and taints;
 it is not left cordoned; ``status.allocatable`` holds each planned resource with the planned
-count, no GPU resource the plan does not have, and ``pods`` equal to the planned maxPods.
+count, no GPU resource the plan does not have, and ``pods`` equal to the planned maxPods; on a
+vgpu node, the device plugin's register annotation (``gpuprov.core.checks.vgpu_register``).
 
 >>> plan = build(load("inventories/example.py")).host("gpu-a100-01")      # doctest: +SKIP
 >>> want = NodeState("gpu-a100-01", "gpu-a100-01", {}, ())                 # doctest: +SKIP
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuprov.core.cluster.manifests import NodeState
+from gpuprov.core.checks import vgpu_register
 from gpuprov.core.cluster.pools import Taint
 from gpuprov.core.findings import Finding
 from gpuprov.core.plan import HostPlan
@@ -127,6 +129,7 @@ def compare_node(plan: HostPlan, want: NodeState, node: dict[str, Any] | None) -
         + _taints(host, want, node)
         + _cordon(host, want, node)
         + _allocatable(plan, want.name, node)
+        + vgpu_register.check(plan, node, want.name)
     )
 
 
