@@ -6,6 +6,7 @@ then verify names the host."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from gpuprov_lab import vgpu_plugin_service
@@ -53,7 +54,7 @@ def served(lab, host, flavour, split, gpus):
         text = vgpu_plugin_service.wait_annotation(lab, host, key, SETTLE)
         if _counts(flavour, text) == {split}:
             return text
-        lab.run(host, "sleep 2")
+        time.sleep(2)
     raise AssertionError(f"{host}: {key} never showed split {split}: {text}")
 
 
