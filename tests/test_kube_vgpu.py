@@ -134,6 +134,30 @@ def test_volcano_hosts_with_different_split_counts_warn_about_the_one_flag(tmp_p
     assert any("split counts 4, 10" in w for w in rendered.warnings)
 
 
+def test_a_volcano_memory_list_over_the_kubelets_4_mib_warns_with_the_factor_that_fits(tmp_path):
+    path = write_inventory(
+        tmp_path,
+        'vgpu = [("v1", {"vgpu_memory_factor": 10}), ("v2", {"vgpu_memory_factor": 10})]\n'
+        'all = (["v1", "v2"], {"gpu_model": "A100-80GB", "gpu_count": 8,'
+        ' "vgpu_flavour": "volcano"})\n',
+    )
+    warnings = render(build(load(str(path))), DEFAULT_NAMESPACE).warnings
+    # 8 x 81920 MiB / 10 = 65536 devices x 66 bytes > 4194304; 655360 / 63550 -> 11.
+    assert [w.split(":")[0] for w in warnings if "4194304-byte" in w] == ["v1", "v2"]
+    assert all("vgpu_memory_factor to 11 or more" in w for w in warnings if "4194304" in w)
+
+
+def test_the_articles_volcano_hosts_with_factor_16_fit_the_kubelets_limit(tmp_path):
+    path = write_inventory(
+        tmp_path,
+        'vgpu = (["v1"], {"gpu_model": "A100-80GB", "gpu_count": 8,'
+        ' "vgpu_flavour": "volcano", "vgpu_memory_factor": 16})\n',
+    )
+    assert not [
+        w for w in render(build(load(str(path))), DEFAULT_NAMESPACE).warnings if "byte" in w
+    ]
+
+
 # --- re-grouping: what `gpuprov kube apply` takes away
 
 

@@ -35,7 +35,14 @@ from typing import Any
 
 import yaml
 
-from gpuprov.host.contract import SIM_ENV, SIM_STATE_PATH, VGPU_NAMESPACE
+from gpuprov.host.contract import (
+    HAMI_NODE_CONFIGMAP,
+    KUBELET_UNIT,
+    SIM_ENV,
+    SIM_STATE_PATH,
+    VGPU_NAMESPACE,
+    VGPU_NODE_CONFIGMAP_KEY,
+)
 from gpuprov_lab import kubelet_unit, plugin_service
 from gpuprov_lab.controlplane import Identity
 
@@ -128,7 +135,7 @@ def unit(flavour: str, node: str) -> str:
     return (
         "[Unit]\n"
         f"Description={BUILDS[flavour]} (real, over the simulated NVML)\n"
-        "After=kubelet.service\n"
+        f"After={KUBELET_UNIT}\n"
         "\n"
         "[Service]\n"
         f"Environment={SIM_ENV}={SIM_STATE_PATH}\n"
@@ -185,8 +192,8 @@ def start(lab: Any, host: str, flavour: str, rendered: Path) -> None:
         old.unlink()
     if flavour == "hami":
         (root / HAMI_DEVICE_CONFIG.lstrip("/")).write_text(device_config("hami", values))
-        node_config = _configmap_data(lab, "gpuprov-hami-node-config")["config.json"]
-        (config_dir / "config.json").write_text(node_config)
+        node_config = _configmap_data(lab, HAMI_NODE_CONFIGMAP)[VGPU_NODE_CONFIGMAP_KEY]
+        (config_dir / VGPU_NODE_CONFIGMAP_KEY).write_text(node_config)
     else:
         text = device_config("volcano", values)
         configmap = {
