@@ -62,8 +62,8 @@ def _counts(flavour, text):
     return {g.count for g in parse(flavour, text)}
 
 
-def verify(lab, path, host):
-    return lab.verify(path, "--limit", host, "--kubeconfig", str(lab.kubeconfig))
+def verify(lab, path, host, *args):
+    return lab.verify(path, "--limit", host, "--kubeconfig", str(lab.kubeconfig), *args)
 
 
 @pytest.mark.parametrize("flavour", ["hami", "volcano"])
@@ -83,9 +83,12 @@ def test_the_flavours_real_plugin_registers_and_annotates_what_verify_plans(
         # A new split deployed and applied, not yet in the plugin (its config volume and the
         # pod restart of a cluster): verify names the host.
         path, rendered = brought(lab, tmp_path, host, flavour, 6)
-        result = verify(lab, path, host)
+        result = verify(lab, path, host, "--format", "json")
         assert result.returncode == 1, result.stdout + result.stderr
-        assert host in result.stdout and "vgpu-register" in result.stdout, result.stdout
+        [report] = json.loads(result.stdout)["hosts"]
+        checks = {f["check"] for f in report["findings"]}
+        assert report["name"] == host and {"vgpu-register", "kube-allocatable"} <= checks, report
+        assert "1 drift" in verify(lab, path, host).stdout  # the text names the host too
 
         vgpu_plugin_service.start(lab, host, flavour, rendered)
         after = served(lab, host, flavour, 6, gpus)
