@@ -88,7 +88,7 @@ def test_the_flavours_real_plugin_registers_and_annotates_what_verify_plans(
         [report] = json.loads(result.stdout)["hosts"]
         checks = {f["check"] for f in report["findings"]}
         assert report["name"] == host and {"vgpu-register", "kube-allocatable"} <= checks, report
-        assert "1 drift" in verify(lab, path, host).stdout  # the text names the host too
+        assert f"1 drift ({host})" in verify(lab, path, host).stdout
 
         vgpu_plugin_service.start(lab, host, flavour, rendered)
         after = served(lab, host, flavour, 6, gpus)
