@@ -116,3 +116,40 @@ def test_hosts_outside_vgpu_have_no_annotation_check(tmp_path):
     inventory = 'whole_card = (["w-1"], {"gpu_model": "H100-80GB", "gpu_count": 2})\n'
     [plan] = build(load(str(write_inventory(tmp_path, inventory)))).hosts
     assert check(plan, {}, "w-1") == []
+
+
+LAB_INVENTORY = """\
+    vgpu = (["lab-a100-01"], {"gpu_model": "A100-80GB", "gpu_count": 8, "vgpu_flavour": "FLAVOUR",
+                              "vgpu_split_count": SPLIT FACTOR})
+"""
+LAB_FIXTURES = {
+    "hami": ("hami-v2.10.0-lab-a100x8-split4.txt", 1),
+    "volcano": ("volcano-v1.12.0-lab-a100x8-split4-factor64.txt", 64),
+}
+
+
+def lab_plan(tmp_path, flavour, split):
+    _, factor = LAB_FIXTURES[flavour]
+    extra = f', "vgpu_memory_factor": {factor}' if flavour == "volcano" else ""
+    text = LAB_INVENTORY.replace("FLAVOUR", flavour).replace("SPLIT", str(split))
+    text = text.replace(" FACTOR", extra)
+    [plan] = build(load(str(write_inventory(tmp_path, text)))).hosts
+    return plan
+
+
+@pytest.mark.parametrize("flavour", sorted(LAB_FIXTURES))
+def test_what_the_lab_plugin_wrote_for_its_plan_has_no_findings(tmp_path, flavour):
+    key = {"hami": "hami.io/node-nvidia-register", "volcano": "volcano.sh/node-vgpu-register"}
+    text = fixture(LAB_FIXTURES[flavour][0])
+    assert check(lab_plan(tmp_path, flavour, 4), node(key[flavour], text), "lab-a100-01") == []
+    assert len({g.uuid for g in parse(flavour, text)}) == 8
+
+
+@pytest.mark.parametrize("flavour", sorted(LAB_FIXTURES))
+def test_a_split_the_lab_plugin_has_not_seen_is_named_for_every_gpu(tmp_path, flavour):
+    key = {"hami": "hami.io/node-nvidia-register", "volcano": "volcano.sh/node-vgpu-register"}
+    text = fixture(LAB_FIXTURES[flavour][0])
+    found = check(lab_plan(tmp_path, flavour, 6), node(key[flavour], text), "lab-a100-01")
+    assert sorted(f.gpu for f in found) == list(range(8))
+    assert {f.expected.split(" ", 1)[1] for f in found} == {"count: 6"}
+    assert {f.found.split(" ", 1)[1] for f in found} == {"count: 4"}

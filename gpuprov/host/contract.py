@@ -239,6 +239,14 @@ KUBELET_PLUGIN_MESSAGE_LIMIT = 4 * 1024 * 1024
 # Bytes one volcano.sh/vgpu-memory device takes in Volcano's ListAndWatch message (measured with the
 # real v1.12.0 plugin: 163118 devices, 10743568 bytes); it sends one device per memory unit.
 VOLCANO_MEMORY_DEVICE_BYTES = 66
+# The sockets Volcano's v1.12.0 plugin serves its three resources on (its pkg/plugin/vgpu
+# server.go:112-116): NVIDIA's naming, but not NVIDIA's plugin, so on a volcano host they are not
+# NVIDIA resources ("nvidia.com/vgpu-number") left over.
+VOLCANO_PLUGIN_SOCKETS = (
+    "nvidia-vgpu-number.sock",
+    "nvidia-vgpu-cores.sock",
+    "nvidia-vgpu-memory.sock",
+)
 # The Node annotation each flavour's device plugin writes with what it registered, per GPU:
 # HAMi v2.10.0 a JSON list of pkg/device/devices.go DeviceInfo (pkg/device/nvidia/register.go);
 # Volcano's v1.12.0 colon-terminated comma records (pkg/plugin/vgpu/register.go, util.go).

@@ -19,8 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuprov.core.cluster.manifests import NodeState
 from gpuprov.core.checks import vgpu_register
+from gpuprov.core.cluster.manifests import NodeState
 from gpuprov.core.cluster.pools import Taint
 from gpuprov.core.findings import Finding
 from gpuprov.core.plan import HostPlan
