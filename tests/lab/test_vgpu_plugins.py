@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from gpuprov_lab import vgpu_plugin_service
@@ -43,11 +44,16 @@ def served(lab, host, flavour, split, gpus):
     """Wait until the kubelet shows the plugin's count for ``split``, then until the
     annotation says ``split`` for every GPU; the annotation."""
     count_name = VGPU_RESOURCES[flavour][0]
-    lab.wait_nodes(
-        lambda n: n[host]["allocatable"].get(count_name) == str(gpus * split),
-        timeout=SETTLE,
-        what=f"{host} {count_name} = {gpus * split}",
-    )
+    unit = Path(vgpu_plugin_service.UNIT[flavour]).name
+    try:
+        lab.wait_nodes(
+            lambda n: n[host]["allocatable"].get(count_name) == str(gpus * split),
+            timeout=SETTLE,
+            what=f"{host} {count_name} = {gpus * split}",
+        )
+    except AssertionError as e:
+        journal = lab.run(host, f"journalctl -u {unit} --no-pager | tail -40", check=False)
+        raise AssertionError(f"{e}\n{unit}:\n{journal.stdout}") from None
     key = VGPU_REGISTER_ANNOTATIONS[flavour]
     text = ""
     for _ in range(SETTLE // 2):
