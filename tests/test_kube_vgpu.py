@@ -134,6 +134,30 @@ def test_volcano_hosts_with_different_split_counts_warn_about_the_one_flag(tmp_p
     assert any("split counts 4, 10" in w for w in rendered.warnings)
 
 
+def test_a_volcano_memory_list_over_the_kubelets_4_mib_warns_with_the_factor_that_fits(tmp_path):
+    path = write_inventory(
+        tmp_path,
+        'vgpu = [("v1", {"vgpu_memory_factor": 10}), ("v2", {"vgpu_memory_factor": 10})]\n'
+        'all = (["v1", "v2"], {"gpu_model": "A100-80GB", "gpu_count": 8,'
+        ' "vgpu_flavour": "volcano"})\n',
+    )
+    warnings = render(build(load(str(path))), DEFAULT_NAMESPACE).warnings
+    # 8 x 81920 MiB / 10 = 65536 devices x 66 bytes > 4194304; 655360 / 63550 -> 11.
+    assert [w.split(":")[0] for w in warnings if "4194304-byte" in w] == ["v1", "v2"]
+    assert all("vgpu_memory_factor to 11 or more" in w for w in warnings if "4194304" in w)
+
+
+def test_the_articles_volcano_hosts_with_factor_16_fit_the_kubelets_limit(tmp_path):
+    path = write_inventory(
+        tmp_path,
+        'vgpu = (["v1"], {"gpu_model": "A100-80GB", "gpu_count": 8,'
+        ' "vgpu_flavour": "volcano", "vgpu_memory_factor": 16})\n',
+    )
+    assert not [
+        w for w in render(build(load(str(path))), DEFAULT_NAMESPACE).warnings if "byte" in w
+    ]
+
+
 # --- re-grouping: what `gpuprov kube apply` takes away
 
 
@@ -179,12 +203,46 @@ GOOD = {
 }
 
 
+# What each plugin writes for 8 A100-80GB (formats: gpuprov.core.checks.vgpu_register; real
+# ones the lab's plugins wrote are in tests/data/vgpu_register/).
+UUIDS = [f"GPU-5a1c0d2e-0000-4000-8000-00000000000{i}" for i in range(8)]
+ANNOTATIONS = {
+    "hami-1.example": {
+        "hami.io/node-nvidia-register": json.dumps(
+            [
+                {
+                    "id": u,
+                    "index": i,
+                    "count": 10,
+                    "devmem": 81920,
+                    "devcore": 100,
+                    "type": "NVIDIA A100-SXM4-80GB",
+                    "mode": "hami-core",
+                    "health": True,
+                }
+                for i, u in enumerate(UUIDS)
+            ]
+        )
+    },
+    "volcano-1": {
+        "volcano.sh/node-vgpu-register": "".join(
+            f"{u},4,80,NVIDIA-NVIDIA A100-SXM4-80GB,true,hami-core:" for u in UUIDS
+        )
+    },
+    "ts-1": {},
+}
+
+
 @pytest.fixture
 def nodes(cluster):
     out = {}
     for want in render(cluster, DEFAULT_NAMESPACE).nodes:
         out[want.name] = {
-            "metadata": {"name": want.name, "labels": dict(want.labels)},
+            "metadata": {
+                "name": want.name,
+                "labels": dict(want.labels),
+                "annotations": dict(ANNOTATIONS[want.name]),
+            },
             "spec": {"taints": [t.as_api() for t in want.taints]},
             "status": {"allocatable": dict(GOOD[want.name])},
         }
@@ -245,3 +303,29 @@ def test_a_device_plugin_config_label_left_on_a_vgpu_node_is_named(cluster, node
 def test_a_hami_node_without_gpu_on_is_named(cluster, nodes):
     del nodes["hami-1.example"]["metadata"]["labels"]["gpu"]
     assert check(cluster, nodes) == {"hami-1": [("kube-label", "gpu=on", "no label gpu")]}
+
+
+def test_a_volcano_node_whose_plugin_has_not_seen_the_new_split_is_named(cluster, nodes):
+    note = nodes["volcano-1"]["metadata"]["annotations"]
+    note["volcano.sh/node-vgpu-register"] = note["volcano.sh/node-vgpu-register"].replace(
+        ",4,80,", ",10,80,", 1
+    )
+    [(name, expected, found)] = check(cluster, nodes)["volcano-1"]
+    assert (name, expected, found) == (
+        "vgpu-register",
+        f"{UUIDS[0]} count: 4",
+        f"{UUIDS[0]} count: 10",
+    )
+
+
+def test_a_hami_node_without_its_register_annotation_is_named(cluster, nodes):
+    nodes["hami-1.example"]["metadata"]["annotations"] = {}
+    assert check(cluster, nodes) == {
+        "hami-1": [
+            (
+                "vgpu-register",
+                "annotation hami.io/node-nvidia-register",
+                "no annotation hami.io/node-nvidia-register",
+            )
+        ]
+    }

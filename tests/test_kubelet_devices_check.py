@@ -16,7 +16,11 @@ from plans import plan_for
 
 from gpuprov.core.checks.host import compare, probe_command
 from gpuprov.host.agent import probe as host_probe
-from gpuprov.host.contract import KUBELET_CHECKPOINT_MAX_BYTES, KUBELET_DEVICE_PLUGIN_DIR
+from gpuprov.host.contract import (
+    KUBELET_CHECKPOINT_MAX_BYTES,
+    KUBELET_DEVICE_PLUGIN_DIR,
+    VOLCANO_PLUGIN_SOCKETS,
+)
 from tests.probes import checkpoint, kubelet_directory, matching_probe, registered
 from tests.test_kubelet_checkpoint import WRITTEN_BY_KUBELET
 
@@ -254,3 +258,15 @@ def test_the_probe_reads_no_more_of_the_checkpoint_than_its_limit(tmp_path):
 
     assert section["checkpoint"]["error"].startswith(f"larger than {KUBELET_CHECKPOINT_MAX_BYTES}")
     assert section["sockets"] == ["kubelet.sock"]
+
+
+@pytest.mark.parametrize(("flavour", "left"), [("volcano", 0), ("hami", 3)])
+def test_volcanos_own_sockets_are_no_leftover_on_a_volcano_host_only(tmp_path, flavour, left):
+    # Volcano's plugin serves on nvidia-vgpu-{number,cores,memory}.sock (measured in the lab).
+    factor = {"vgpu_memory_factor": 64} if flavour == "volcano" else {}
+    plan = plan_for(tmp_path, "vgpu", vgpu_flavour=flavour, **factor)
+    document = matching_probe(plan)
+    sockets = document["kubelet_devices"]["sockets"]
+    document["kubelet_devices"]["sockets"] = [*sockets, *VOLCANO_PLUGIN_SOCKETS]
+    leftovers = [f for f in found(plan, document) if f[0] == "device-plugin-socket"]
+    assert len(leftovers) == left, leftovers

@@ -250,6 +250,29 @@ HAMI_NODE_CONFIGMAP = "gpuprov-hami-node-config"
 VOLCANO_NODE_CONFIGMAP = "volcano-vgpu-node-config"
 VGPU_NODE_CONFIGMAP_KEY = "config.json"
 VGPU_NAMESPACE = "kube-system"  # where both charts install by default
+# The most a kubelet reads of one device plugin message: it dials each plugin with no
+# MaxCallRecvMsgSize (kubernetes v1.34.4 pkg/kubelet/cm/devicemanager/plugin/v1beta1/client.go:127-142),
+# so grpc-go's default client limit applies (grpc v1.72.1 clientconn.go:101, 4 MiB).
+KUBELET_PLUGIN_MESSAGE_LIMIT = 4 * 1024 * 1024
+# Bytes one volcano.sh/vgpu-memory device takes in Volcano's ListAndWatch message (measured with the
+# real v1.12.0 plugin: 163118 devices, 10743568 bytes); it sends one device per memory unit.
+VOLCANO_MEMORY_DEVICE_BYTES = 66
+# The sockets Volcano's v1.12.0 plugin serves its three resources on (its pkg/plugin/vgpu
+# server.go:112-116): NVIDIA's naming, but not NVIDIA's plugin, so on a volcano host they are not
+# NVIDIA resources ("nvidia.com/vgpu-number") left over.
+VOLCANO_PLUGIN_SOCKETS = (
+    "nvidia-vgpu-number.sock",
+    "nvidia-vgpu-cores.sock",
+    "nvidia-vgpu-memory.sock",
+)
+# The Node annotation each flavour's device plugin writes with what it registered, per GPU:
+# HAMi v2.10.0 a JSON list of pkg/device/devices.go DeviceInfo (pkg/device/nvidia/register.go);
+# Volcano's v1.12.0 colon-terminated comma records (pkg/plugin/vgpu/register.go, util.go).
+# ../shared/reference/vgpu-plugins.md sections 6 and 7 (observed with the real binaries).
+VGPU_REGISTER_ANNOTATIONS = {
+    "hami": "hami.io/node-nvidia-register",
+    "volcano": "volcano.sh/node-vgpu-register",
+}
 # The GPU Operator's gate for its device plugin on a node: "false" keeps NVIDIA's plugin off a
 # vgpu node, which would otherwise advertise the same GPUs a second time.
 OPERATOR_DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"

@@ -21,7 +21,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuprov_lab import hardware, images, kubelet_unit, network, plugin_service, procs
+from gpuprov_lab import (
+    hardware,
+    images,
+    kubelet_unit,
+    network,
+    plugin_service,
+    procs,
+    vgpu_plugin_service,
+)
 from gpuprov_lab import ssh as ssh_
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.rundir import HostDir, RunDir
@@ -39,12 +47,17 @@ class KubeParts:
     kubelet: Path
     device_plugin: Path
     images: tuple[images.Archive, ...] = ()
+    # HAMi's and Volcano's plugins (vgpu_plugin_service.binds): host path -> controller path.
+    vgpu_plugins: tuple[tuple[str, str], ...] = ()
+    # The kubeconfig of vgpu_plugin_service.IDENTITY, on the controller.
+    vgpu_kubeconfig: Path | None = None
 
     def binds(self) -> dict[str, str]:
         """Host path -> controller path."""
         return {
             kubelet_unit.KUBELET: str(self.kubelet),
             plugin_service.PLUGIN: str(self.device_plugin),
+            **dict(self.vgpu_plugins),
         }
 
 
@@ -109,6 +122,8 @@ def start(run: RunDir, host: LabHost, base: Path, kube: KubeParts | None) -> Non
         subnet = kubelet_unit.pod_subnet(host.index)
         kubelet_unit.configure(root, host.name, run.node_kubeconfig(host.name), pod_subnet=subnet)
         plugin_service.configure(root, mig_minors(host.count))
+        if kube.vgpu_kubeconfig is not None:
+            vgpu_plugin_service.configure(root, host.name, kube.vgpu_kubeconfig)
         images.install(root, list(kube.images))
     argv = nspawn_argv(hd, host.name, host.index, kube)
     procs.start(

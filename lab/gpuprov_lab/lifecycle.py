@@ -43,6 +43,7 @@ from gpuprov_lab import (
     repo,
     services,
     ssh,
+    vgpu_plugin_service,
 )
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.rundir import RunDir, locked
@@ -268,7 +269,16 @@ def _start_cluster(
     for host in spec:
         plane.kubeconfig(run.node_kubeconfig(host.name), controlplane.node_identity(host.name))
     print(f"control plane up in {time.time() - started:.1f} s", file=sys.stderr)
-    parts = hosts.KubeParts(binaries["kubelet"], binaries[plugin_service.BUILD], tuple(archives))
+    vgpu_kubeconfig = plane.kubeconfig(
+        run.kube / "vgpu-device-plugin.kubeconfig", vgpu_plugin_service.IDENTITY
+    )
+    parts = hosts.KubeParts(
+        binaries["kubelet"],
+        binaries[plugin_service.BUILD],
+        tuple(archives),
+        tuple(vgpu_plugin_service.binds().items()),
+        vgpu_kubeconfig,
+    )
     return parts, plane
 
 

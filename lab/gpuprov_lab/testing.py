@@ -130,14 +130,17 @@ class Lab:
         assert self.kube, "this lab runs without Kubernetes (`lab up --no-kube`)"
         return Path(self.kube["kubeconfig"])
 
-    def kubectl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        """The lab's kubectl with the admin kubeconfig (not checked)."""
+    def kubectl(
+        self, *args: str, timeout: float = 60, input_text: str | None = None
+    ) -> subprocess.CompletedProcess:
+        """The lab's kubectl with the admin kubeconfig (not checked); ``input_text`` on stdin."""
         assert self.kube, "this lab runs without Kubernetes (`lab up --no-kube`)"
         return subprocess.run(
             [self.kube["kubectl"], f"--kubeconfig={self.kubeconfig}", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
+            input=input_text,
         )
 
     def nodes(self) -> dict[str, dict[str, Any]]:
@@ -220,6 +223,14 @@ class Lab:
             "kube", "apply", str(inventory or self.inventory), "--kubeconfig", str(self.kubeconfig)
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+    def kube_render(self, inventory: Path | None, out: Path) -> Path:
+        """``gpuprov kube render INVENTORY --out OUT``: what the charts and ConfigMaps get."""
+        result = self._gpuprov(
+            "kube", "render", str(inventory or self.inventory), "--out", str(out)
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return out
 
     def verify_status(self, inventory: Path | None = None) -> dict[str, str]:
         """Host name -> ``ok``, ``drift`` or ``unreachable``, as ``gpuprov verify`` sees it."""

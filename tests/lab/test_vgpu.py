@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpuprov_lab import vgpu_plugin_service
 
 from gpuprov.host.contract import MIG_LAYOUT_PATH, MIG_UNIT_PATH, kubelet_drop_in_path
 
@@ -41,16 +42,19 @@ def test_a_shared_host_moved_to_vgpu_then_mig_then_back_verifies_with_no_leftove
     node = lab.testinfra(host)
     assert node.file(PLUGIN_CONFIG).exists  # time-slicing, from the lab's own plan
 
-    # No vGPU plugin runs in the lab (neither HAMi's nor Volcano's can be built here:
-    # docs/vgpu.md), so nothing registers the planned shares with the kubelet: verify's
-    # on-node check of the kubelet's devices is off for this host, as for any host whose plugin
-    # does not run yet (host data: the lab's group data turns it on for every host).
-    as_vgpu = moved(
-        lab, tmp_path, host, "vgpu", "{'vgpu_flavour': 'hami'}", "{'verify_kubelet_devices': False}"
-    )
+    # HAMi's real plugin serves the shares (tests/lab/test_vgpu_plugins.py), so verify's
+    # on-node check of the kubelet's devices stays on.
+    as_vgpu = moved(lab, tmp_path, host, "vgpu", "{'vgpu_flavour': 'hami'}")
     plan = lab.plan(as_vgpu)[host]
     assert plan["vgpu"]["advertised"]["nvidia.com/gpu"] == plan["gpu_count"] * 10
     lab.deploy(as_vgpu, "--limit", host)
+    lab.kube_apply(as_vgpu)
+    vgpu_plugin_service.start(lab, host, "hami", lab.kube_render(as_vgpu, tmp_path / "rendered"))
+    lab.wait_nodes(
+        lambda n: n[host]["allocatable"].get("nvidia.com/gpu") == str(plan["gpu_count"] * 10),
+        timeout=90,
+        what=f"{host}: HAMi's nvidia.com/gpu",
+    )
     verified(lab, as_vgpu, host)
     # NVIDIA's device plugin config is gone (the HAMi plugin serves the GPUs), MIG is off,
     # maxPods makes room for every share, and nvidia is containerd's default runtime.
@@ -66,6 +70,7 @@ def test_a_shared_host_moved_to_vgpu_then_mig_then_back_verifies_with_no_leftove
     again = lab.deploy(as_vgpu, "--limit", host)
     assert "Starting operation" not in again.stdout, again.stdout[-4000:]
 
+    vgpu_plugin_service.stop(lab, host)  # NVIDIA's plugin back for the next modes
     as_mig = lab.inventory_copy(
         tmp_path / "mig",
         inventory_code=(
@@ -79,6 +84,7 @@ def test_a_shared_host_moved_to_vgpu_then_mig_then_back_verifies_with_no_leftove
     assert node.file(MIG_LAYOUT_PATH).is_file
 
     lab.deploy(None, "--limit", host)
+    lab.kube_apply(None)  # the node's labels back to shared's
     verified(lab, None, host)
     assert not node.file(MIG_LAYOUT_PATH).exists and not node.file(MIG_UNIT_PATH).exists
     config = yaml.safe_load(node.file(PLUGIN_CONFIG).content_string)

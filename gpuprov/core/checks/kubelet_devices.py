@@ -23,6 +23,8 @@ outside ``nvidia.com`` (other vendors' plugins) are not gpuprov's business.
 On a ``vgpu`` host the flavour's own plugin (HAMi's or Volcano's) serves the planned resources,
 under socket names of its own, so there only the checkpoint's counts are compared; a socket of
 NVIDIA's plugin for a resource the plan does not have is still drift (the GPUs advertised twice).
+Volcano's plugin names its sockets as NVIDIA's would (``VOLCANO_PLUGIN_SOCKETS``), so on a
+volcano host those three are its own, not a leftover.
 
 Every problem is a finding naming the host and, where there is one, the resource: no checkpoint,
 a malformed one, no ``kubelet.sock`` (no kubelet device manager running), a section the probe
@@ -46,6 +48,7 @@ from gpuprov.host.contract import (
     KUBELET_DEVICE_CHECKPOINT_NAME,
     KUBELET_DEVICE_PLUGIN_DIR,
     KUBELET_SOCKET_NAME,
+    VOLCANO_PLUGIN_SOCKETS,
     device_plugin_resource,
     device_plugin_socket,
 )
@@ -113,6 +116,8 @@ def check(plan: HostPlan, probe: ProbeDocument, command: str) -> list[Finding]:
                     "for 5 minutes after its socket is gone)",
                 )
             )
+    if plan.vgpu is not None and plan.vgpu.flavour == "volcano":
+        served -= set(VOLCANO_PLUGIN_SOCKETS)  # Volcano's own plugin, not NVIDIA's
     for socket in sorted(served):
         resource = device_plugin_resource(socket)
         if resource is not None and resource not in plan.resources:

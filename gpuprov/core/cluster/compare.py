@@ -7,7 +7,8 @@ it is not left cordoned; ``status.allocatable`` holds each planned resource with
 count, no GPU resource the plan does not have, and ``pods`` equal to the planned maxPods. Where
 verify read the host's GPU health (``health``), the planned counts are checked against
 ``status.capacity`` (every device the plugin lists) and the unhealthy ones (capacity −
-allocatable) against gpuprov's unhealthy GPUs (``gpuprov.core.checks.plugin_health``).
+allocatable) against gpuprov's unhealthy GPUs (``gpuprov.core.checks.plugin_health``). On a vgpu
+node, the device plugin's register annotation (``gpuprov.core.checks.vgpu_register``).
 
 >>> plan = build(load("inventories/example.py")).host("gpu-a100-01")      # doctest: +SKIP
 >>> want = NodeState("gpu-a100-01", "gpu-a100-01", {}, ())                 # doctest: +SKIP
@@ -21,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuprov.core.checks import plugin_health
+from gpuprov.core.checks import plugin_health, vgpu_register
 from gpuprov.core.cluster.manifests import NodeState
 from gpuprov.core.cluster.pools import Taint
 from gpuprov.core.findings import Finding
@@ -142,6 +143,7 @@ def compare_node(
         + _taints(host, want, node)
         + _cordon(host, want, node)
         + _allocatable(plan, want.name, node, sick)
+        + vgpu_register.check(plan, node, want.name)
     )
 
 

@@ -27,11 +27,14 @@ from gpuprov.core.plan import HostPlan
 from gpuprov.host.contract import (
     HAMI_NODE_CONFIGMAP,
     HAMI_NODE_LABEL,
+    KUBELET_PLUGIN_MESSAGE_LIMIT,
     OPERATOR_DEVICE_PLUGIN_LABEL,
     VGPU_FLAVOUR_LABEL,
     VGPU_NODE_CONFIGMAP_KEY,
     VGPU_OPERATING_MODE,
     VOLCANO_COUNT_RESOURCE,
+    VOLCANO_MEMORY_DEVICE_BYTES,
+    VOLCANO_MEMORY_RESOURCE,
     VOLCANO_NODE_CONFIGMAP,
 )
 
@@ -120,6 +123,7 @@ def chart_values(
             "nodeSelector": {VGPU_FLAVOUR_LABEL: "volcano"},
             "tolerations": tolerations(taints),
         }
+        warnings += _memory_list_warnings(volcano)
         if len(splits) > 1:
             warnings.append(
                 f"volcano hosts plan split counts {', '.join(map(str, splits))}: Volcano's "
@@ -127,3 +131,29 @@ def chart_values(
                 "so nodes planned with another count will show a different number in verify"
             )
     return values, warnings
+
+
+def _memory_list_warnings(volcano: Sequence[HostPlan]) -> list[str]:
+    """One warning per volcano host whose ``volcano.sh/vgpu-memory`` device list is more than the
+    kubelet reads of one message: Volcano's plugin sends one device per memory unit at once, and
+    the kubelet refuses the whole message (``ResourceExhausted``), so the node shows no vGPU
+    memory at all.
+
+    >>> _memory_list_warnings([])
+    []
+    """
+    out = []
+    most = KUBELET_PLUGIN_MESSAGE_LIMIT // VOLCANO_MEMORY_DEVICE_BYTES
+    for host in volcano:
+        assert host.vgpu is not None
+        units = host.vgpu.advertised[VOLCANO_MEMORY_RESOURCE]
+        if units > most:
+            mib = units * host.vgpu.memory_factor
+            need = -(-mib // most)  # the smallest factor that fits
+            out.append(
+                f"{host.name}: {units} {VOLCANO_MEMORY_RESOURCE} devices make a ListAndWatch "
+                f"message of about {units * VOLCANO_MEMORY_DEVICE_BYTES} bytes, over the "
+                f"kubelet's {KUBELET_PLUGIN_MESSAGE_LIMIT}-byte limit; set vgpu_memory_factor to "
+                f"{need} or more (docs/vgpu.md)"
+            )
+    return out
