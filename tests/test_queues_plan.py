@@ -13,6 +13,7 @@ from gpuprov.cli import main
 from gpuprov.controller.inventory import load
 from gpuprov.core.cluster.queues import plan_queues
 from gpuprov.core.plan import build
+from gpuprov.core.queues import TEAM_KEYS
 from inventories import write_inventory
 
 # shared: 2 x 8 A100 x 4 replicas = 64 gpu.shared; mig: 8 H100 x (1g x 2, 2g, 3g) = 16/8/8;
@@ -255,15 +256,5 @@ def test_the_example_inventory_declares_two_teams_that_fill_its_pools():
 def test_docs_name_every_team_key():
     text = textwrap.dedent(open("docs/kubernetes.md").read())
     section = text[text.index("## Queues") :]
-    for key in (
-        "quota",
-        "cohort",
-        "borrowing_limit",
-        "lending_limit",
-        "guarantee",
-        "parent",
-        "namespaces",
-        "weight",
-        "priority",
-    ):
+    for key in TEAM_KEYS:
         assert f"`{key}`" in section, key

@@ -30,7 +30,7 @@ TEAMS_MAX = 256  # Kueue counts each ClusterQueue in a cohort: far past any team
 NAMESPACES_MAX = 64
 SHARE_MAX = 2**53  # a count beyond this is a typo (and not a float's exact integer)
 OVERCOMMIT_MAX = 100
-_TEAM_KEYS = (
+TEAM_KEYS = (
     "quota",
     "cohort",
     "borrowing_limit",
@@ -121,13 +121,11 @@ def _team(name: Any, spec: Any) -> TeamSpec:
         raise ValueError(f"team {shown(name)}: a team names its queues, and a queue name {why}")
     where = f"team {shown(name)}"
     if not isinstance(spec, dict):
-        raise ValueError(
-            f"{where}: must be a mapping of {', '.join(_TEAM_KEYS)}, got {shown(spec)}"
-        )
-    unknown = [k for k in spec if k not in _TEAM_KEYS]
+        raise ValueError(f"{where}: must be a mapping of {', '.join(TEAM_KEYS)}, got {shown(spec)}")
+    unknown = [k for k in spec if k not in TEAM_KEYS]
     if unknown:
         raise ValueError(
-            f"{where}: unknown key {shown(unknown[0])} (known: {', '.join(_TEAM_KEYS)})"
+            f"{where}: unknown key {shown(unknown[0])} (known: {', '.join(TEAM_KEYS)})"
         )
     if "quota" not in spec:
         raise ValueError(f"{where}: quota is required (pool -> share)")
