@@ -17,8 +17,7 @@ import json
 import time
 
 import pytest
-
-from gpuprov.host.contract import SIM_KERNEL_LOG_NAME, SIM_STATE_PATH
+from gpuprov_lab.sim.contract import SIM_KERNEL_LOG_NAME, SIM_STATE_PATH
 
 pytestmark = pytest.mark.lab
 
