@@ -111,6 +111,20 @@ def test_without_gpuprovs_view_unhealthy_devices_are_an_allocatable_shortfall(cl
     ]
 
 
+@pytest.mark.parametrize(
+    "host, resource, devices", [("ts-1", SHARED, 32), ("train-1", "nvidia.com/gpu", 4)]
+)
+def test_a_plugin_that_stopped_serving_is_an_allocatable_shortfall_not_a_disagreement(
+    cluster, host, resource, devices
+):
+    # The kubelet marks every device of a disconnected plugin unhealthy and keeps them in
+    # capacity for its grace period: capacity N, allocatable 0 (measured in the lab,
+    # tests/lab/test_kube_node.py's stopped plugin).
+    assert judged(cluster, host, set(), {resource: devices}) == [
+        ("kube-allocatable", None, f"{resource}: {devices}", f"{resource}: 0")
+    ]
+
+
 def test_a_resource_the_kubelet_does_not_list_is_left_to_the_allocatable_check(cluster):
     plan = cluster.host("ts-1")
     assert compare(plan, {2}, {SHARED: None}, {SHARED: None}) == []

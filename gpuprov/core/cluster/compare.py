@@ -234,16 +234,25 @@ def _allocatable(
         f"node {name}: check the device plugin on the host (running, its config) and that it "
         "registered with the kubelet"
     )
+    # A resource with capacity but nothing allocatable is a plugin that stopped serving, not
+    # sick GPUs: when a plugin's socket goes, the kubelet marks every device of its resource
+    # unhealthy and keeps them in capacity for the endpoint's grace period (kubelet
+    # pkg/kubelet/cm/devicemanager/manager.go, PluginDisconnected -> markResourceUnhealthy).
+    # NVIDIA's plugin marks one device per GPU on an XID, never a whole resource of shares.
+    silent = {
+        r for r in plan.resources if count(allocatable.get(r)) == 0 and count(capacity.get(r))
+    }
+    judged_here = [r for r in plan.resources if r not in silent]
     if sick is not None and judged:
         out += plugin_health.compare(
             plan,
             sick,
-            {r: count(capacity.get(r)) for r in plan.resources},
-            {r: count(allocatable.get(r)) for r in plan.resources},
+            {r: count(capacity.get(r)) for r in judged_here},
+            {r: count(allocatable.get(r)) for r in judged_here},
         )
     for resource, planned in plan.resources.items():
         have = allocatable.get(resource)
-        if judged and resource in capacity:
+        if judged and resource in capacity and resource not in silent:
             have = capacity[resource]  # its unhealthy devices are judged above
         if count(have) != planned:
             out.append(
