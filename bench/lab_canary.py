@@ -48,15 +48,7 @@ def main() -> None:
     try:
         lab.deploy()
         lab.kube_apply()
-        planned = {name: plan["resources"] for name, plan in lab.plan().items()}
-        lab.wait_nodes(
-            lambda nodes: all(
-                all(nodes[n]["allocatable"].get(r) == str(c) for r, c in want.items())
-                for n, want in planned.items()
-            ),
-            90,
-            "the planned resources",
-        )
+        lab.wait_planned_allocatable(90, "the planned resources")
         plain, canary = [], []
         for _ in range(options.runs):
             plain.append(timed(lab))

@@ -179,15 +179,7 @@ def main() -> None:
             if time.monotonic() > deadline:
                 raise BenchError(f"no default service account in {NAMESPACE}")
             time.sleep(0.5)
-        planned = {name: plan["resources"] for name, plan in lab.plan().items()}
-        lab.wait_nodes(
-            lambda nodes: all(
-                all(nodes[n]["allocatable"].get(r) == str(c) for r, c in want.items())
-                for n, want in planned.items()
-            ),
-            90,
-            "the planned resources",
-        )
+        lab.wait_planned_allocatable(90, "the planned resources")
         pods = {pool: [pod_to_running(lab, pool, i) for i in range(options.pods)] for pool in POOLS}
     finally:
         lab.stop()

@@ -286,13 +286,32 @@ class Lab:
         self.run(host, f": > {kmsg} && systemctl restart {DEVICE_PLUGIN_UNIT}")
         if not self.kube:
             return
-        planned = {r: str(n) for r, n in self.plan()[host]["resources"].items()}
-        self.wait_nodes(
+        self.wait_planned_allocatable(
+            timeout, f"{host}'s planned allocatable after its device plugin restarted", [host]
+        )
+
+    def wait_planned_allocatable(
+        self,
+        timeout: float = 60,
+        what: str = "every planned GPU resource in allocatable",
+        hosts: list[str] | None = None,
+        ready: bool = False,
+    ) -> dict[str, dict[str, Any]]:
+        """``wait_nodes`` until each of ``hosts`` (default: every planned host; with ``ready``,
+        also Ready) has each planned resource in allocatable at its planned count."""
+        plans = self.plan()
+        planned = {h: plans[h]["resources"] for h in (hosts or plans)}
+        return self.wait_nodes(
             lambda nodes: all(
-                nodes.get(host, {}).get("allocatable", {}).get(r) == n for r, n in planned.items()
+                (not ready or nodes.get(h, {}).get("ready"))
+                and all(
+                    nodes.get(h, {}).get("allocatable", {}).get(r) == str(c)
+                    for r, c in want.items()
+                )
+                for h, want in planned.items()
             ),
             timeout,
-            f"{host}'s planned allocatable after its device plugin restarted",
+            what,
         )
 
     def reboot(self, host: str, timeout: float = 90) -> None:

@@ -27,21 +27,8 @@ RUNTIME = "/usr/bin/nvidia-container-runtime"
 def cluster(lab, deployed):
     """The deployed lab with the cluster side applied and every planned resource advertised."""
     lab.kube_apply()
-    wait_advertised(lab)
+    lab.wait_planned_allocatable(SETTLE, ready=True)
     return lab
-
-
-def wait_advertised(lab):
-    planned = {name: plan["resources"] for name, plan in lab.plan().items()}
-    lab.wait_nodes(
-        lambda nodes: all(
-            nodes[n]["ready"]
-            and all(nodes[n]["allocatable"].get(r) == str(c) for r, c in want.items())
-            for n, want in planned.items()
-        ),
-        SETTLE,
-        "every planned GPU resource in allocatable",
-    )
 
 
 def canary(lab) -> tuple[int, list[dict], str]:
@@ -127,4 +114,4 @@ def test_a_stopped_device_plugin_leaves_that_hosts_canary_pending_with_the_sched
     assert "Insufficient nvidia.com/gpu" in pending[0]["found"]
     assert not [f for f in findings if f["host"] != WHOLE and f["check"].startswith("canary")]
     no_canary_left(cluster)
-    wait_advertised(cluster)
+    cluster.wait_planned_allocatable(SETTLE, ready=True)

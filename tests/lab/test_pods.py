@@ -38,16 +38,7 @@ def cluster(lab, deployed):
     """The deployed lab, the cluster side applied, every planned resource advertised, and a
     namespace for this module's pods (deleted afterwards)."""
     lab.kube_apply()
-    planned = {name: plan["resources"] for name, plan in lab.plan().items()}
-    lab.wait_nodes(
-        lambda nodes: all(
-            nodes[n]["ready"]
-            and all(nodes[n]["allocatable"].get(r) == str(c) for r, c in want.items())
-            for n, want in planned.items()
-        ),
-        SETTLE,
-        "every planned GPU resource in allocatable",
-    )
+    lab.wait_planned_allocatable(SETTLE, ready=True)
     made = lab.kubectl("create", "namespace", NAMESPACE)
     assert made.returncode == 0, made.stderr
     _wait(lambda: lab.kubectl("-n", NAMESPACE, "get", "serviceaccount/default").returncode == 0)
