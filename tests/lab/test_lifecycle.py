@@ -12,7 +12,7 @@ import pytest
 from gpuprov_lab import controlplane, hosts, network, procs
 from gpuprov_lab.controlplane import API_PORT
 from gpuprov_lab.kubelet_unit import KUBELET
-from gpuprov_lab.plugin_service import PLUGIN
+from gpuprov_lab.plugin_service import PROGRAM
 from gpuprov_lab.spec import GATEWAY
 
 pytestmark = pytest.mark.lab
@@ -78,8 +78,9 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     ports = lab.kube["ports"]
     assert sorted(ports) == sorted([*controlplane.COMPONENTS, "etcd-peer"])
     assert set(ports.values()) <= _listening_ports(GATEWAY) | _listening_ports("127.0.0.1")
-    # Each host's kubelet and plugin, started inside the hosts (descendants of their nspawn).
-    node_parts = _descendants_running([p for p in pids if p is not None], {KUBELET, PLUGIN})
+    # Each host's kubelet and plugin, started inside the hosts (descendants of their nspawn); the
+    # plugin runs by its bare name, as in the chart's image (plugin_service.launcher).
+    node_parts = _descendants_running([p for p in pids if p is not None], {KUBELET, PROGRAM})
     assert len(node_parts) == 2 * len(lab.hosts), node_parts
 
     lab.stop()
