@@ -118,7 +118,9 @@ def touched(
                 for ci in gi.get("compute_instances") or ()
                 if ci.get("uuid")
             }
-            what = ", ".join(f"{gi.profile or gi.profile_id} at {gi.start}" for gi in action.destroy)
+            what = ", ".join(
+                f"{gi.profile or gi.profile_id} at {gi.start}" for gi in action.destroy
+            )
             out[action.index] = Touched(
                 action.index, f"MIG instances destroyed: {what}", frozenset(devices)
             )

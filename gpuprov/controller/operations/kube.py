@@ -196,9 +196,7 @@ def _drain_gpus(
             budgets = _budgets(host, kubeconfig, holder) or ["a disruption budget"]
             problems.append(f"pod {holder.name}: eviction refused by {', '.join(budgets)}")
         else:
-            problems.append(
-                f"pod {holder.name}: evicted, still holds {', '.join(holder.devices)}"
-            )
+            problems.append(f"pod {holder.name}: evicted, still holds {', '.join(holder.devices)}")
     return _fail(
         host,
         f"the GPUs to change on {node} are not free after {timeout} s (drain_timeout): "
