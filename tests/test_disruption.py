@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpuprov.core.catalog import find_model
 from gpuprov.core.cluster.budgets import holding, matches
-from gpuprov.core.disruption import device_gpus, gpu_of, holders, touched
+from gpuprov.core.disruption import device_gpus, gpu_of, holders, taken, touched
 from gpuprov.host.mig.diff import diff
 
 H100 = find_model("H100-80GB")
@@ -127,9 +127,9 @@ def test_only_the_pods_holding_a_touched_device_are_holders():
     ]
     by_uuid = device_gpus(PROBE)
     layout = touched(PROBE, _actions({5: (True, DEFAULT)}), driver_change=False)
-    assert [(h.name, h.gpus) for h in holders(rows, layout, by_uuid)] == [("ml/on-5", (5,))]
+    assert [(h.name, h.gpus) for h in holders(rows, taken(layout), by_uuid)] == [("ml/on-5", (5,))]
     driver = touched(PROBE, [], driver_change=True)
-    found = {h.name: h for h in holders(rows, driver, by_uuid)}
+    found = {h.name: h for h in holders(rows, taken(driver), by_uuid)}
     assert sorted(found) == ["ml/on-0", "ml/on-5", "ml/shares"]
     assert found["ml/shares"].devices == ("GPU-6::0", "GPU-6::2")  # one pod, both containers
 

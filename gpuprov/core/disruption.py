@@ -33,7 +33,7 @@ A device id as the kubelet records it is the one NVIDIA's device plugin register
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,31 +127,35 @@ def touched(
     return [out[i] for i in sorted(out)]
 
 
+def taken(touched_gpus: Iterable[Touched]) -> frozenset[str]:
+    """Every device the touched GPUs give up."""
+    return frozenset(device for t in touched_gpus for device in t.devices)
+
+
 def holders(
-    rows: Iterable[Mapping[str, Any]], touched_gpus: Sequence[Touched], by_uuid: Mapping[str, int]
+    rows: Iterable[Mapping[str, Any]], devices: Collection[str], by_uuid: Mapping[str, int]
 ) -> list[Holder]:
-    """The pods whose containers the kubelet gave a touched device (pod-resources rows:
+    """The pods whose containers the kubelet gave one of ``devices`` (pod-resources rows:
     ``namespace``, ``pod``, ``device_ids``), in the kubelet's order; each pod once.
 
     >>> rows = [{"namespace": "ml", "pod": "a", "device_ids": ["MIG-a"]},
     ...         {"namespace": "ml", "pod": "b", "device_ids": ["GPU-0::1"]}]
-    >>> holders(rows, [Touched(5, "x", frozenset({"MIG-a"}))], {"MIG-a": 5, "GPU-0": 0})
+    >>> holders(rows, {"MIG-a"}, {"MIG-a": 5, "GPU-0": 0})
     [Holder(namespace='ml', pod='a', gpus=(5,), devices=('MIG-a',))]
     """
-    wanted = {device for t in touched_gpus for device in t.devices}
     found: dict[tuple[str, str], tuple[set[int], list[str]]] = {}
     for row in rows:
         for device in row.get("device_ids") or ():
-            if device.partition(REPLICA_ID_SEPARATOR)[0] not in wanted:
+            if device.partition(REPLICA_ID_SEPARATOR)[0] not in devices:
                 continue
-            gpus, devices = found.setdefault((row["namespace"], row["pod"]), (set(), []))
+            gpus, held = found.setdefault((row["namespace"], row["pod"]), (set(), []))
             index = gpu_of(device, by_uuid)
             if index is not None:
                 gpus.add(index)
-            devices.append(device)
+            held.append(device)
     return [
-        Holder(namespace, pod, tuple(sorted(gpus)), tuple(devices))
-        for (namespace, pod), (gpus, devices) in found.items()
+        Holder(namespace, pod, tuple(sorted(gpus)), tuple(held))
+        for (namespace, pod), (gpus, held) in found.items()
     ]
 
 

@@ -13,7 +13,7 @@ from pyinfra.api import deploy
 from gpuprov.controller.deploys.view import HostView
 from gpuprov.controller.limits import DRAIN_MARGIN
 from gpuprov.controller.operations import kube
-from gpuprov.core.disruption import Touched, described
+from gpuprov.core.disruption import Touched, described, taken
 
 
 def node_name(view: HostView) -> str:
@@ -48,7 +48,7 @@ def drain(view: HostView, reasons: list[str], touched: Sequence[Touched], reboot
         name=f"cordon {node_name(view)}, evict the pods on {described(touched)}",
         node=node_name(view),
         kubeconfig=plan.node.kubeconfig,
-        devices=sorted({d for t in touched for d in t.devices}),
+        devices=sorted(taken(touched)),
         timeout=plan.node.drain_timeout,
         agent_path=plan.agent.gpuprov_agent_path,
         python=plan.agent.gpuprov_python,

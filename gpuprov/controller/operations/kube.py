@@ -21,7 +21,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from gpuprov.controller.facts.probe import VerifyProbe
 from gpuprov.core.cluster.budgets import holding
-from gpuprov.core.disruption import Holder, Touched, device_gpus, holders
+from gpuprov.core.disruption import Holder, device_gpus, holders
 from gpuprov.host.contract import AGENT_PATH, POD_RESOURCES_SOCKET
 
 # How often the drain of touched GPUs evicts again (a refusal is answered 429) and reads the
@@ -138,7 +138,7 @@ def _holders(host, connector: dict, probe: str, devices: frozenset[str]) -> list
         return []  # no kubelet socket: no pod holds anything
     if not isinstance(rows, list):
         return f"the kubelet's pod-resources API: {rows.get('error')}"
-    return holders(rows, [Touched(-1, "", devices)], device_gpus(document))
+    return holders(rows, devices, device_gpus(document))
 
 
 def _drain_gpus(
