@@ -80,7 +80,7 @@ def drain_lab(lab, tmp_path_factory):
         _create(lab, _pod(name, MIG, limits))
     for n in range(SHARES):
         _create(lab, _pod(f"share-{n:02d}", SHARED, {"nvidia.com/gpu.shared": 1}))
-    _wait(lambda: all(_running(lab, p) for p in _names(lab)), RUNNING, "the pods running")
+    _wait(lambda: all(_is_running(p) for p in _pods(lab)), RUNNING, "the pods running")
     try:
         yield lab, inventories
     finally:
@@ -220,7 +220,7 @@ def _owned_pod(lab, name: str, node: str) -> None:
         30,
         f"ReplicaSet {name}-rs adopting {name}",
     )
-    _wait(lambda: _running(lab, name), RUNNING, f"{name} running")
+    _wait(lambda: _is_running(_get(lab, name)), RUNNING, f"{name} running")
 
 
 def _create(lab, document: dict) -> None:
@@ -240,12 +240,8 @@ def _pods(lab) -> list[dict]:
     return json.loads(result.stdout)["items"]
 
 
-def _names(lab) -> list[str]:
-    return [p["metadata"]["name"] for p in _pods(lab)]
-
-
-def _running(lab, name: str) -> bool:
-    status = _get(lab, name)["status"]
+def _is_running(pod: dict) -> bool:
+    status = pod["status"]
     states = status.get("containerStatuses") or [{}]
     return status.get("phase") == "Running" and "running" in (states[0].get("state") or {})
 
