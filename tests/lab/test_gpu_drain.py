@@ -26,6 +26,8 @@ import time
 import pytest
 from gpuprov_lab.images import CANARY
 
+from gpuprov.host.contract import AGENT_PATH, POD_RESOURCES_SOCKET
+
 pytestmark = pytest.mark.lab
 
 SHARED, MIG = "lab-a100-01", "lab-h100-01"
@@ -139,7 +141,19 @@ def test_gpu_5_relaid_evicts_only_its_pod_and_lower_replicas_evict_no_share(drai
         SETTLE,
         "GPU 5's two 3g.40gb, and 8 x 2 shares",
     )
-    # The kubelet keeps the 20 allocations on 16 shares: verify names the pods beyond.
+    # The kubelet keeps all 20 allocations, some on replicas the plugin no longer has ...
+    document = json.loads(
+        lab.run(SHARED, f"python3 {AGENT_PATH} probe --pod-resources {POD_RESOURCES_SOCKET}").stdout
+    )
+    given = [
+        device
+        for row in document["pod_resources"]["containers"]
+        if row["namespace"] == NAMESPACE
+        for device in row["device_ids"]
+    ]
+    assert len(given) == SHARES, given
+    assert any(int(d.rsplit("::", 1)[1]) >= 2 for d in given), given
+    # ... and verify names the pods beyond the planned capacity.
     lab.kube_apply(inventories["after"])
     report = _verify(lab, inventories["after"])
     hosts = {h["name"]: h for h in report["hosts"]}
