@@ -162,7 +162,13 @@ def test_gpu_5_relaid_evicts_only_its_pod_and_lower_replicas_evict_no_share(drai
     assert finding["check"] == "shares-beyond-capacity", finding
     assert f"{SHARES} in use" in finding["found"], finding
     assert f"{NAMESPACE}/share-" in finding["found"], finding
-    _delete(lab, *[f"pod/{p}" for p in after if p.startswith("share-")])
+    shares = [p for p in after if p.startswith("share-")]
+    lab.kubectl("-n", NAMESPACE, "delete", "--wait=false", *[f"pod/{p}" for p in shares])
+    _wait(
+        lambda: not set(shares) & {p["metadata"]["name"] for p in _pods(lab)},
+        RUNNING,
+        "shares gone",
+    )
     report = _verify(lab, inventories["after"])
     assert report["ok"], report
 
