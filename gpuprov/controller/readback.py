@@ -78,7 +78,8 @@ def fact_arguments(
     containerd hosts the main config whose effective result the probe reads, whether it reads
     the GPUs' health, the kubelet's device-plugin directory (unless
     ``verify_kubelet_devices`` is off), the packages and units the deploy manages, and with
-    ``pod_resources`` the kubelet's pod-resources socket (``verify --canary``)."""
+    ``pod_resources`` (``verify --canary``) or a kubelet whose devices verify checks the
+    kubelet's pod-resources socket."""
     wanted = wanted_files(plan)
     return {
         "agent_path": plan.agent.gpuprov_agent_path,
@@ -91,7 +92,11 @@ def fact_arguments(
         "kubelet_devices": kubelet_devices_dir(plan),
         "packages": list(wanted_packages(plan)),
         "units": list(wanted_units(plan)),
-        "pod_resources": POD_RESOURCES_SOCKET if pod_resources else None,
+        # The kubelet's pod-resources too wherever its devices are checked: the pods running
+        # beyond the planned capacity (gpuprov.core.checks.shares_in_use).
+        "pod_resources": POD_RESOURCES_SOCKET
+        if pod_resources or kubelet_devices_dir(plan)
+        else None,
     }
 
 

@@ -146,11 +146,13 @@ class Agent:
 
 @dataclass(frozen=True)
 class Node:
-    """The host's Kubernetes node: how to reach the API and how long a drain may take."""
+    """The host's Kubernetes node: how to reach the API, how long a drain may take and what it
+    evicts."""
 
     kubeconfig: str | None
     kube_node_name: str | None
     drain_timeout: int
+    drain_scope: str
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,8 @@ TIME_SLICING_REPLICAS_MAX = 1024
 SHARE_MEMORY_MAX_GIB = 1024
 # `kubectl drain --timeout`; a deploy that waits more than a day on one node is a hang.
 DRAIN_TIMEOUT_MAX = 86400
+# What a disruptive change evicts: the pods on the GPUs it touches, or every pod of the node.
+DRAIN_SCOPES = ("gpus", "node")
 # `gpuprov verify --canary`: a canary that has not started in an hour will not.
 CANARY_TIMEOUT_MAX = 3600
 # An OCI image reference: [registry/]repository[:tag][@digest], no spaces (distribution/reference).
@@ -664,6 +666,16 @@ _VARIABLES = [
         "refused (kubectl refuses it).",
         _drain_timeout,
         planned=_int(1, DRAIN_TIMEOUT_MAX, "a day"),  # a plan holds the seconds
+    ),
+    Variable(
+        "drain_scope",
+        "gpus",
+        "What a disruptive change (MIG instances destroyed, a MIG mode change, a driver change) "
+        "evicts: `gpus` only the pods holding a device of the GPUs it touches, through the "
+        "Eviction API (disruption budgets hold) within `drain_timeout`, other pods keep running; "
+        "`node` every pod of the node (`kubectl drain`). A change that reboots the host "
+        "(`driver_reboot`, `mig_reboot`) drains the node either way (docs/kubernetes.md).",
+        _choice(*DRAIN_SCOPES),
     ),
     # --- gpuprov verify --canary (docs/kubernetes.md "Canary pods")
     Variable(

@@ -175,7 +175,9 @@ def test_a_stopped_plugin_fails_verify_naming_the_host_and_the_resource(lab, dep
 def test_a_mig_mode_change_cordons_drains_and_uncordons_the_node_of_a_bound_pod(
     lab, deployed, tmp_path
 ):
-    inventory = _mig_host_as_whole_cards(lab, tmp_path)
+    # The whole node's drain (drain_scope: node; the default evicts only the pods holding a GPU,
+    # tests/lab/test_gpu_drain.py).
+    inventory = _mig_host_as_whole_cards(lab, tmp_path, '\ndrain_scope = "node"\n')
     _bound_pod(lab, "mode-change", MIG)
     seen = _Cordons(lab, MIG)
     try:
@@ -199,7 +201,9 @@ def test_a_drain_that_times_out_leaves_the_node_cordoned_and_the_host_failed(
     # A pod that does not go away once evicted (a finalizer nobody removes, as a stuck volume
     # detach leaves one): the drain waits for it until its time limit. (A disruption budget does
     # not hold a pod that never ran: the API server evicts Pending pods regardless.)
-    inventory = _mig_host_as_whole_cards(lab, tmp_path, '\ndrain_timeout = "5s"\n')
+    inventory = _mig_host_as_whole_cards(
+        lab, tmp_path, '\ndrain_timeout = "5s"\ndrain_scope = "node"\n'
+    )
     _bound_pod(lab, "held", MIG, finalizers=["gpuprov.io/test-hold"])
     try:
         result = lab.deploy(inventory, check=False)
