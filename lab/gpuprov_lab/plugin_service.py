@@ -228,7 +228,7 @@ def config_manager_unit(node: str, default_config: str) -> str:
         f"After={Path(UNIT).name}\n"
         "\n"
         "[Service]\n"
-        f"ExecStart={_config_manager_command(node, default_config)}"
+        f"ExecStart={config_manager_command(node, default_config)}"
         f" --send-signal=true --signal=1 --process-to-signal={PROGRAM}\n"
         # It exits on an error (a label naming no config, no plugin to signal yet); the chart's
         # pod restarts it, as Restart= does here.
@@ -249,11 +249,16 @@ def config_manager_init(node: str, default_config: str) -> str:
     >>> "--oneshot" in config_manager_init("node-1", "whole")
     True
     """
-    command = _config_manager_command(node, default_config)
+    command = config_manager_command(node, default_config)
     return f"[Service]\nExecStartPre={command} --oneshot --send-signal=false\n"
 
 
-def _config_manager_command(node: str, default_config: str) -> str:
+def config_manager_command(node: str, default_config: str) -> str:
+    """config-manager's command line for ``node``, without its mode and signal flags.
+
+    >>> "--node-name=node-1" in config_manager_command("node-1", "whole")
+    True
+    """
     return (
         f"{CONFIG_MANAGER} --kubeconfig={kubelet_unit.KUBECONFIG} --node-name={node}"
         f" --node-label={DEVICE_PLUGIN_CONFIG_LABEL} --config-file-srcdir={CONFIG_DIR}"
