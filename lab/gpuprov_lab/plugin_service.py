@@ -245,12 +245,19 @@ def config_manager_init(node: str, default_config: str) -> str:
 
     The chart's init container (``config-manager-init``: ``--oneshot``, no signal), so the
     plugin never starts without its config file. ``--oneshot`` waits for the Node to exist.
+    Like the init container, which runs once per pod and not when the plugin's container
+    restarts, it runs only while the plugin's config file is missing (the pod's fresh
+    ``emptyDir``): oneshot never sees the label and links the default, so running it at every
+    restart would undo the sidecar's choice (measured in the lab: a plugin that a SIGHUP ended
+    before it handled signals came back on ``whole``, and the sidecar, waiting for the next
+    label change, left it there).
 
-    >>> "--oneshot" in config_manager_init("node-1", "whole")
+    >>> "--oneshot --send-signal=false" in config_manager_init("node-1", "whole")
     True
     """
     command = config_manager_command(node, default_config)
-    return f"[Service]\nExecStartPre={command} --oneshot --send-signal=false\n"
+    first = f"test -e {DEVICE_PLUGIN_CONFIG_PATH} || exec {command} --oneshot --send-signal=false"
+    return f"[Service]\nExecStartPre=/bin/sh -c '{first}'\n"
 
 
 def config_manager_command(node: str, default_config: str) -> str:
