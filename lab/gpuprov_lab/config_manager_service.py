@@ -60,6 +60,8 @@ def start(lab: Any, hosts: list[str] | None = None) -> None:
         deployed = root / DEVICE_PLUGIN_CONFIG_PATH.lstrip("/")
         if deployed.is_file() and not deployed.is_symlink():
             deployed.replace(root / SAVED.lstrip("/"))  # nothing lost: ``stop`` puts it back
+        # A config-manager still running from an earlier start keeps its binary busy for writes.
+        (root / plugin_service.CONFIG_MANAGER.lstrip("/")).unlink(missing_ok=True)
         plugin_service.install_config_manager(
             root, binary, host, configs, DEVICE_PLUGIN_DEFAULT_CONFIG
         )
