@@ -10,8 +10,8 @@ long-running sidecar with SIGHUP to ``nvidia-device-plugin``), with the node's o
 Its source directory is the device plugin ConfigMap as ``gpuprov kube apply`` left it in the API
 server (``gpuprov-device-plugin-configs``, one file per key): the chart mounts that ConfigMap as a
 volume, which the kubelet refreshes from the API; the lab reads the ConfigMap from the API
-instead, at ``start`` and at each ``sync`` (call it after a ``kube apply`` that changed the
-ConfigMap's data; one that only moves labels needs none, as every config is already there).
+instead, at each ``start`` (call it again after a ``kube apply`` that changed the ConfigMap's
+data; one that only moves labels needs nothing, as every config is already there).
 
 The deploy's plugin config file is kept aside while the mode runs (config-manager makes that path
 a symlink into the source directory) and put back by ``stop``, which ends the mode.
@@ -70,22 +70,6 @@ def start(lab: Any, hosts: list[str] | None = None) -> None:
             f"systemctl daemon-reload && systemctl restart {DEVICE_PLUGIN_UNIT} && "
             f"systemctl restart {SIDECAR}",
         )
-
-
-def sync(lab: Any, hosts: list[str] | None = None) -> None:
-    """The ConfigMap's data from the API into each host's source directory, as the kubelet
-    refreshes a ConfigMap volume: keys added or changed are written, keys gone removed."""
-    configs = configmap_data(lab)
-    for host in hosts or lab.names:
-        directory = lab.run_dir.host(host).root / plugin_service.CONFIG_DIR.lstrip("/")
-        for old in directory.iterdir():
-            if old.name not in configs:
-                old.unlink()
-        for name, text in configs.items():
-            partial = directory / f".{name}.partial"
-            partial.write_text(text)
-            partial.chmod(0o644)
-            partial.replace(directory / name)
 
 
 def stop(lab: Any, hosts: list[str] | None = None) -> None:
