@@ -228,7 +228,7 @@ def config_manager_unit(node: str, default_config: str) -> str:
         f"After={Path(UNIT).name}\n"
         "\n"
         "[Service]\n"
-        f"ExecStart={_config_manager_command(node, default_config)}"
+        f"ExecStart={config_manager_command(node, default_config)}"
         f" --send-signal=true --signal=1 --process-to-signal={PROGRAM}\n"
         # It exits on an error (a label naming no config, no plugin to signal yet); the chart's
         # pod restarts it, as Restart= does here.
@@ -245,15 +245,27 @@ def config_manager_init(node: str, default_config: str) -> str:
 
     The chart's init container (``config-manager-init``: ``--oneshot``, no signal), so the
     plugin never starts without its config file. ``--oneshot`` waits for the Node to exist.
+    Like the init container, which runs once per pod and not when the plugin's container
+    restarts, it runs only while the plugin's config file is missing (the pod's fresh
+    ``emptyDir``): oneshot never sees the label and links the default, so running it at every
+    restart would undo the sidecar's choice (measured in the lab: a plugin that a SIGHUP ended
+    before it handled signals came back on ``whole``, and the sidecar, waiting for the next
+    label change, left it there).
 
-    >>> "--oneshot" in config_manager_init("node-1", "whole")
+    >>> "--oneshot --send-signal=false" in config_manager_init("node-1", "whole")
     True
     """
-    command = _config_manager_command(node, default_config)
-    return f"[Service]\nExecStartPre={command} --oneshot --send-signal=false\n"
+    command = config_manager_command(node, default_config)
+    first = f"test -e {DEVICE_PLUGIN_CONFIG_PATH} || exec {command} --oneshot --send-signal=false"
+    return f"[Service]\nExecStartPre=/bin/sh -c '{first}'\n"
 
 
-def _config_manager_command(node: str, default_config: str) -> str:
+def config_manager_command(node: str, default_config: str) -> str:
+    """config-manager's command line for ``node``, without its mode and signal flags.
+
+    >>> "--node-name=node-1" in config_manager_command("node-1", "whole")
+    True
+    """
     return (
         f"{CONFIG_MANAGER} --kubeconfig={kubelet_unit.KUBECONFIG} --node-name={node}"
         f" --node-label={DEVICE_PLUGIN_CONFIG_LABEL} --config-file-srcdir={CONFIG_DIR}"

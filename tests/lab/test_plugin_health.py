@@ -8,7 +8,12 @@ reads it, the Node through the API server (capacity − allocatable, docs/health
 The shared host has 8 A100s time-sliced 4 ways: 32 ``nvidia.com/gpu.shared``, 4 per GPU.
 NVIDIA's plugin v0.20.0 keeps one device per parent GPU in its health check, so an XID marks one
 of the GPU's 4 shares unhealthy (32 -> 31, measured), and verify names the 3 it still offers as
-a disagreement on that GPU (docs/health.md, "Two views").
+a disagreement on that GPU (docs/health.md, "Two views"). The source: ``checkHealth`` in
+internal/rm/health.go at v0.20.0 fills ``parentToDeviceMap[uuid] = d`` (a
+``map[string]*Device`` keyed by the GPU's UUID, the replica's ``::n`` stripped), so the four
+replicas overwrite one another and the event's UUID finds one. Not the simulator's doing: it
+delivers each XID once per event set. The issue's 28 is what upstream's later code would give
+(a list of devices per parent, ``groupByParent``); the test asserts what v0.20.0 does.
 """
 
 from __future__ import annotations
