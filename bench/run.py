@@ -16,7 +16,8 @@ not in it) is kept beside its wall time; verify's CPU is compared with the floor
 within 1.3x at four hosts). ``--baseline DIR`` adds, to the same rounds, verify as another
 checkout DIR has it (its ``gpuprov`` and ``gpuprov_lab`` first on ``PYTHONPATH``, this venv's
 interpreter and packages), for a before/after measured on the same lab in the same minutes.
-It then runs the no-op and verify once more under bench/counted.py, which counts each host's
+The checkouts' packages are byte-compiled first, as an install does. It then runs the no-op
+and verify once more under bench/counted.py, which counts each host's
 remote commands and the operations that changed something, and takes the lab down. Last come
 NVML initialisations per probe and per MIG apply (bench/nvml_inits.py), the probe's added CPU
 time for GPU health (bench/probe_health.py) and the planner at 10,000 hosts
@@ -29,6 +30,7 @@ step). Needs root and a lab that is down: a lab someone else started is never to
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import resource
@@ -106,6 +108,14 @@ def baseline_env(checkout: Path) -> dict[str, str]:
         if not (package / "__init__.py").is_file():
             raise BenchError(f"--baseline {checkout}: no {package}/__init__.py")
     return {"PYTHONPATH": f"{checkout}{os.pathsep}{checkout / 'lab'}"}
+
+
+def compile_checkout(checkout: Path) -> None:
+    """Byte-compile a checkout's packages, as installing them does: an editable checkout under
+    ``PYTHONDONTWRITEBYTECODE`` would otherwise compile gpuprov's modules on every run while
+    pyinfra's come compiled from site-packages, which is not what a user's install costs."""
+    for package in (checkout / "gpuprov", checkout / "lab" / "gpuprov_lab", checkout / "deploys"):
+        compileall.compile_dir(package, quiet=1)
 
 
 def lab_state() -> str:
@@ -349,6 +359,9 @@ def main() -> int:
     started = time.perf_counter()
     try:
         baseline = args.baseline.resolve() if args.baseline else None
+        for checkout in (ROOT, baseline):
+            if checkout is not None:
+                compile_checkout(checkout)
         labs = [measure_lab(int(n), args.repeat, baseline) for n in args.hosts.split(",")]
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)

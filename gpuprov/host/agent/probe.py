@@ -48,7 +48,7 @@ from gpuprov.host.contract import (
 from gpuprov.host.files import read_file, read_files
 from gpuprov.host.health import kernel_log, nvml_counters, xid
 from gpuprov.host.health import section as health_section
-from gpuprov.host.kubelet import pod_resources, sockets
+from gpuprov.host.kubelet import sockets
 from gpuprov.host.nvml_gpus import read_gpu
 
 # nvmlInit's failures that say what the host lacks: the document's ``nvml`` value.
@@ -111,6 +111,10 @@ def probe(
     if units:
         document["units"] = systemd_units.read(units)
     if pod_resources_socket:
+        # Imported only when asked (verify --canary): the HTTP/2 stack it speaks gRPC with
+        # costs every probe about 0.1 CPU-s to import.
+        from gpuprov.host.kubelet import pod_resources
+
         document["pod_resources"] = pod_resources.section(pod_resources_socket)
     return document
 
