@@ -30,8 +30,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pynvml
@@ -98,30 +98,29 @@ def probe(
     # The host's own commands (containerd's, dpkg's, systemd's) run beside NVML and the file
     # reads, each in a thread that waits for its processes: the probe takes about as long as
     # its slowest part, not the sum of them. Their sections keep the document's order.
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        commands = {}
-        if containerd:
-            drop_in = containerd_drop_in_path(containerd)
-            commands["containerd"] = pool.submit(containerd_state.read, containerd, drop_in)
-        if packages:
-            commands["packages"] = pool.submit(dpkg.read, packages)
-        if units:
-            commands["units"] = pool.submit(systemd_units.read, units)
-        counters: dict[int, dict[str, Any]] = {}
-        document.update(_nvml(counters if health else None))
-        if health:
-            document["health"] = health_section.section(
-                document["gpus"], counters, kernel_log.read(kernel_log_path), critical_xids
-            )
-        if files or globs:
-            document["files"] = read_files(files, globs)
-        if "containerd" in commands:
-            document["containerd"] = commands["containerd"].result()
-        if kubelet_devices_dir:
-            document["kubelet_devices"] = read_kubelet_devices(kubelet_devices_dir)
-        for section in ("packages", "units"):
-            if section in commands:
-                document[section] = commands[section].result()
+    commands = {}
+    if containerd:
+        drop_in = containerd_drop_in_path(containerd)
+        commands["containerd"] = _started(containerd_state.read, containerd, drop_in)
+    if packages:
+        commands["packages"] = _started(dpkg.read, packages)
+    if units:
+        commands["units"] = _started(systemd_units.read, units)
+    counters: dict[int, dict[str, Any]] = {}
+    document.update(_nvml(counters if health else None))
+    if health:
+        document["health"] = health_section.section(
+            document["gpus"], counters, kernel_log.read(kernel_log_path), critical_xids
+        )
+    if files or globs:
+        document["files"] = read_files(files, globs)
+    if "containerd" in commands:
+        document["containerd"] = commands["containerd"]()
+    if kubelet_devices_dir:
+        document["kubelet_devices"] = read_kubelet_devices(kubelet_devices_dir)
+    for section in ("packages", "units"):
+        if section in commands:
+            document[section] = commands[section]()
     if pod_resources_socket:
         # Imported only when asked (verify --canary): the HTTP/2 stack it speaks gRPC with
         # costs every probe about 0.1 CPU-s to import.
@@ -129,6 +128,34 @@ def probe(
 
         document["pod_resources"] = pod_resources.section(pod_resources_socket)
     return document
+
+
+def _started(function: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """``function(*args)`` running in a thread of its own; calling the result waits for it and
+    gives its value, or raises what it raised. (A plain thread: ``concurrent.futures`` would
+    import ``logging``, a noticeable part of a probe's start.)
+
+    >>> _started(sum, [1, 2])()
+    3
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = function(*args)
+        except BaseException as e:  # handed to the caller, which raises it
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def result() -> Any:
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
+
+    return result
 
 
 def read_kubelet_devices(directory: str) -> dict[str, Any]:
