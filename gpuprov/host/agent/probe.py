@@ -98,7 +98,7 @@ def probe(
     # The host's own commands (containerd's, dpkg's, systemd's) run beside NVML and the file
     # reads, each in a thread that waits for its processes: the probe takes about as long as
     # its slowest part, not the sum of them. Their sections keep the document's order.
-    commands = {}
+    commands: dict[str, Callable[[], Any]] = {}
     if containerd:
         drop_in = containerd_drop_in_path(containerd)
         commands["containerd"] = _started(containerd_state.read, containerd, drop_in)
