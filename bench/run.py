@@ -3,13 +3,21 @@
     sudo .venv/bin/python bench/run.py                  # 1, 4 and 16 lab hosts, 5 runs each
     sudo .venv/bin/python bench/run.py --hosts 1,4 --repeat 5 --plan-hosts 10000
     sudo .venv/bin/python bench/run.py --hosts 16,32 --repeat 3 --plan-hosts 0
+    sudo .venv/bin/python bench/run.py --hosts 1,4 --repeat 7 --lab-only --baseline ../main
 
 For each lab size the harness starts the lab (`gpuprov lab up --hosts N`), deploys it once
 (the first deploy, every host at once, as an operator would run it), then runs in rounds, so that machine noise hits all three alike:
 - floor: `pyinfra -y inventories/lab.py exec -- true` (connect + one command per host);
 - verify: `gpuprov verify inventories/lab.py`;
 - no-op: `pyinfra -y inventories/lab.py deploys/gpu_node.py` on the converged hosts.
-It then runs the no-op and verify once more under bench/counted.py, which counts each host's
+Each run's controller CPU (user + system seconds of the command's process tree, from the
+children's rusage; the lab hosts' own processes are not the controller's children, so they are
+not in it) is kept beside its wall time; verify's CPU is compared with the floor's (issue #26:
+within 1.3x at four hosts). ``--baseline DIR`` adds, to the same rounds, verify as another
+checkout DIR has it (its ``gpuprov`` and ``gpuprov_lab`` first on ``PYTHONPATH``, this venv's
+interpreter and packages), for a before/after measured on the same lab in the same minutes.
+The checkouts' packages are byte-compiled first, as an install does. It then runs the no-op
+and verify once more under bench/counted.py, which counts each host's
 remote commands and the operations that changed something, and takes the lab down. Last come
 NVML initialisations per probe and per MIG apply (bench/nvml_inits.py), the probe's added CPU
 time for GPU health (bench/probe_health.py) and the planner at 10,000 hosts
@@ -22,8 +30,10 @@ step). Needs root and a lab that is down: a lab someone else started is never to
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,6 +55,7 @@ DEPLOY = "deploys/gpu_node.py"
 VERIFY_MAX_RATIO = 1.5
 NOOP_MAX_RATIO = 3.0
 SCALING_MAX_RATIO = 2.0
+VERIFY_MAX_CPU_RATIO = 1.3  # verify's controller CPU to the floor's, at four hosts
 FLOOR = [str(BIN / "pyinfra"), "-y", INVENTORY, "exec", "--", "true"]
 NOOP = [str(BIN / "pyinfra"), "-y", INVENTORY, DEPLOY]
 VERIFY = [str(BIN / "gpuprov"), "verify", INVENTORY]
@@ -54,20 +65,57 @@ class BenchError(Exception):
     """The benchmark cannot go on (the message says why and what to do)."""
 
 
-def timed(name: str, argv: Sequence[str], timeout: float = 300) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(
+    name: str, argv: Sequence[str], timeout: float = 300, env: dict[str, str] | None = None
+) -> float:
     """Run ``argv`` in the repository; its wall time. Fails on a non-zero exit."""
+    return run_timed(name, argv, timeout, env)[0]
+
+
+def run_timed(
+    name: str, argv: Sequence[str], timeout: float = 300, env: dict[str, str] | None = None
+) -> tuple[float, float]:
+    """Run ``argv`` in the repository; its wall time and its controller CPU seconds (user +
+    system of the process and every descendant it waited for: the children's rusage before
+    and after, one run at a time). Fails on a non-zero exit."""
     LOGS.mkdir(parents=True, exist_ok=True)
     log = LOGS / f"{name}.log"
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     with open(log, "w") as out:
         result = subprocess.run(
-            argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+            argv,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            env=None if env is None else {**os.environ, **env},
         )
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
     if result.returncode != 0:
         tail = log.read_text(errors="replace")[-2000:]
         raise BenchError(f"`{' '.join(argv)}` exited {result.returncode} ({log}):\n{tail}")
-    return seconds
+    return seconds, cpu
+
+
+def baseline_env(checkout: Path) -> dict[str, str]:
+    """The environment that runs another checkout's gpuprov and gpuprov_lab with this venv."""
+    for package in (checkout / "gpuprov", checkout / "lab" / "gpuprov_lab"):
+        if not (package / "__init__.py").is_file():
+            raise BenchError(f"--baseline {checkout}: no {package}/__init__.py")
+    return {"PYTHONPATH": f"{checkout}{os.pathsep}{checkout / 'lab'}"}
+
+
+def compile_checkout(checkout: Path) -> None:
+    """Byte-compile a checkout's packages, as installing them does: an editable checkout under
+    ``PYTHONDONTWRITEBYTECODE`` would otherwise compile gpuprov's modules on every run while
+    pyinfra's come compiled from site-packages, which is not what a user's install costs."""
+    for package in (checkout / "gpuprov", checkout / "lab" / "gpuprov_lab", checkout / "deploys"):
+        compileall.compile_dir(package, quiet=1)
 
 
 def lab_state() -> str:
@@ -96,8 +144,9 @@ def counted(name: str, argv: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def measure_lab(hosts: int, repeat: int) -> dict[str, Any]:
-    """Everything measured on a lab of ``hosts`` hosts; the lab is down again afterwards."""
+def measure_lab(hosts: int, repeat: int, baseline: Path | None = None) -> dict[str, Any]:
+    """Everything measured on a lab of ``hosts`` hosts; the lab is down again afterwards.
+    With ``baseline``, each round also runs that checkout's verify (kind ``verify-baseline``)."""
     if lab_state() != "down":
         raise BenchError(
             "a lab is already running and this benchmark did not start it; it is left alone. "
@@ -117,18 +166,33 @@ def measure_lab(hosts: int, repeat: int) -> dict[str, Any]:
     try:
         result["first_deploy_s"] = timed(f"first-deploy-{hosts}", NOOP, timeout=900)
         print(f"   first deploy {result['first_deploy_s']:.1f} s", file=sys.stderr, flush=True)
-        samples: dict[str, list[float]] = {"floor": [], "verify": [], "noop": []}
+        kinds: list[tuple[str, list[str], dict[str, str] | None]] = [
+            ("floor", FLOOR, None),
+            ("verify", VERIFY, None),
+            ("noop", NOOP, None),
+        ]
+        if baseline is not None:
+            kinds.insert(2, ("verify-baseline", VERIFY, baseline_env(baseline)))
+            result["baseline"] = str(baseline)
+        samples: dict[str, list[float]] = {kind: [] for kind, _, _ in kinds}
+        cpu: dict[str, list[float]] = {kind: [] for kind, _, _ in kinds}
         for i in range(repeat):
-            for kind, argv in (("floor", FLOOR), ("verify", VERIFY), ("noop", NOOP)):
-                samples[kind].append(timed(f"{kind}-{hosts}", argv))
+            for kind, argv, env in kinds:
+                seconds, used = run_timed(f"{kind}-{hosts}", argv, env=env)
+                samples[kind].append(seconds)
+                cpu[kind].append(used)
             print(
                 f"   round {i + 1}/{repeat}: "
-                + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in samples.items()),
+                + ", ".join(
+                    f"{k} {v[-1]:.2f} s ({cpu[k][-1]:.2f} CPU-s)" for k, v in samples.items()
+                ),
                 file=sys.stderr,
                 flush=True,
             )
         result["samples"] = samples
+        result["cpu_samples"] = cpu
         result["median"] = {k: statistics.median(v) for k, v in samples.items()}
+        result["cpu_median"] = {k: statistics.median(v) for k, v in cpu.items()}
         result["counted"] = {
             "floor": counted(f"counted-floor-{hosts}", FLOOR),
             "verify": counted(f"counted-verify-{hosts}", VERIFY),
@@ -172,7 +236,7 @@ def probe_health() -> dict[str, Any]:
 
 def report(
     labs: list[dict[str, Any]],
-    nvml: dict[str, Any],
+    nvml: dict[str, Any] | None,
     plan: dict[str, Any] | None,
     health: dict[str, Any] | None = None,
 ) -> str:
@@ -208,7 +272,9 @@ def report(
                 "no-op ops/changed",
                 "first deploy s",
             ],
-        )
+        ),
+        "",
+        cpu_table(labs),
     ]
     by_hosts = {lab["hosts"]: lab["median"] for lab in labs}
     if len(by_hosts) > 1:
@@ -218,13 +284,15 @@ def report(
             ratio = by_hosts[big][kind] / by_hosts[small][kind]
             target = "" if kind == "floor" else f" (target <= {SCALING_MAX_RATIO})"
             lines.append(f"{kind}: {big} hosts / {small} host(s) = {ratio:.2f}x{target}")
-    lines.append("")
-    lines.append(
-        "NVML: "
-        + "; ".join(
-            f"{what}: {n['nvml_inits']} init, {n['nvml_calls']} calls" for what, n in nvml.items()
+    if nvml is not None:
+        lines.append("")
+        lines.append(
+            "NVML: "
+            + "; ".join(
+                f"{what}: {n['nvml_inits']} init, {n['nvml_calls']} calls"
+                for what, n in nvml.items()
+            )
         )
-    )
     if health is not None:
         lines.append(
             f"GPU health in the probe ({health['host']}): "
@@ -240,24 +308,69 @@ def report(
     return "\n".join(lines)
 
 
+def cpu_table(labs: list[dict[str, Any]]) -> str:
+    """Controller CPU seconds per kind (median, with the range of the rounds), each to the
+    floor's median; with a baseline, its verify beside this checkout's."""
+    kinds = [
+        k for k in ("floor", "verify", "verify-baseline", "noop") if k in labs[0]["cpu_median"]
+    ]
+    rows = []
+    for lab in labs:
+        cpu, samples = lab["cpu_median"], lab["cpu_samples"]
+        row: list[Any] = [lab["hosts"]]
+        for kind in kinds:
+            spread = f"{min(samples[kind]):.2f}-{max(samples[kind]):.2f}"
+            row.append(f"{cpu[kind]:.2f} ({spread})")
+            if kind != "floor":
+                row.append(f"{cpu[kind] / cpu['floor']:.2f}x")
+        if "verify-baseline" in kinds:
+            row.append(f"{lab['median']['verify-baseline']:.2f}")
+            row.append(f"{lab['median']['verify-baseline'] / lab['median']['floor']:.2f}x")
+        rows.append(row)
+    headers = ["hosts", "floor CPU s"]
+    for kind in kinds[1:]:
+        target = f" (<= {VERIFY_MAX_CPU_RATIO} at 4)" if kind == "verify" else ""
+        headers += [f"{kind} CPU s", f"{kind}/floor CPU{target}"]
+    if "verify-baseline" in kinds:
+        headers += ["verify-baseline s", "verify-baseline/floor"]
+    return tabulate(rows, headers=headers)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", default="1,4,16", help="lab sizes, comma-separated")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs of each kind")
     parser.add_argument("--plan-hosts", type=int, default=10_000, help="0 skips the planner")
+    parser.add_argument(
+        "--lab-only",
+        action="store_true",
+        help="only the lab sizes (no NVML counts, probe health or planner)",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        type=Path,
+        help="also run verify as the checkout DIR has it, in the same rounds (before/after)",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("error: the lab needs root; run this as root", file=sys.stderr)
         return 2
     started = time.perf_counter()
     try:
-        labs = [measure_lab(int(n), args.repeat) for n in args.hosts.split(",")]
+        baseline = args.baseline.resolve() if args.baseline else None
+        for checkout in (ROOT, baseline):
+            if checkout is not None:
+                compile_checkout(checkout)
+        labs = [measure_lab(int(n), args.repeat, baseline) for n in args.hosts.split(",")]
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    nvml = nvml_inits()
-    health = probe_health()
-    plan = plan_scale(args.plan_hosts, args.repeat) if args.plan_hosts else None
+    nvml = None if args.lab_only else nvml_inits()
+    health = None if args.lab_only else probe_health()
+    plan = (
+        plan_scale(args.plan_hosts, args.repeat) if args.plan_hosts and not args.lab_only else None
+    )
     document = {
         "machine": {
             "cpus": os.cpu_count(),

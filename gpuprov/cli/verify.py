@@ -23,7 +23,6 @@ import click
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
 from gpuprov.cli.plan import limit_option, load_plan
 from gpuprov.controller import readback
-from gpuprov.controller.kube.cluster_verify import ClusterCheck
 from gpuprov.core.errors import InputError, Problem
 from gpuprov.core.findings import Finding
 from gpuprov.core.hostfiles.documents import one_line
@@ -107,7 +106,13 @@ def verify(
         needs = "needs --kubeconfig, and no --snapshot-dir or --cluster-only"
         raise InputError([Problem("--canary", needs)])
     loaded, cluster = load_plan(inventory, limit)
-    cluster_check = ClusterCheck(kubeconfig, cluster) if kubeconfig else None
+    cluster_check = None
+    if kubeconfig:
+        # Imported only with --kubeconfig: the cluster's manifests and comparisons are not on
+        # a plain verify's way.
+        from gpuprov.controller.kube.cluster_verify import ClusterCheck
+
+        cluster_check = ClusterCheck(kubeconfig, cluster)
     if cluster_only:
         results: dict[str, list[Finding]] = {p.name: [] for p in cluster.hosts}
     elif canary and kubeconfig:

@@ -54,8 +54,6 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-import tomlkit
-
 from gpuprov.core.findings import Finding
 from gpuprov.core.hostfiles import Wanted
 from gpuprov.core.hostfiles.documents import ParseError, dig, parse, scalar
@@ -151,6 +149,8 @@ def render_main(main: MainFile, pattern: str) -> str:
     """The main file with ``pattern`` in its ``imports`` (appended, never reordered); every other
     key, comment and blank line kept. An empty file becomes a ``version = 2`` file; a version 1
     file keeps having no ``version`` (adding one would change its meaning)."""
+    import tomlkit  # only the deploy writes TOML; verify reads it (tomllib), and skips this import
+
     document = tomlkit.parse(main.text or "")
     if not (main.text or "").strip():
         document.add("version", 2)
@@ -295,6 +295,8 @@ def render_drop_in(
     if default:
         containerd["default_runtime_name"] = NVIDIA_RUNTIME
     section["containerd"] = containerd
+    import tomlkit  # as in render_main
+
     document = tomlkit.document()
     document.add(tomlkit.comment("nvidia runtime for containerd, written by gpuprov."))
     document.add(tomlkit.comment(f"Imported by {main.path}; rewritten by every deploy."))
