@@ -335,7 +335,12 @@ def _restart_queues(run: RunDir, current: dict[str, Any], queues: str | None) ->
 
 def _start_queues(run: RunDir, queues: str) -> dict[str, Any]:
     started = time.time()
-    recorded = queue_system.start(run.path, queues, run.admin_kubeconfig, GATEWAY)
+    try:
+        recorded = queue_system.start(run.path, queues, run.admin_kubeconfig, GATEWAY)
+    except BaseException:
+        # No webhook configuration left that nothing answers (they fail closed).
+        queue_system.stop(run.path)
+        raise
     print(f"{queues} up in {time.time() - started:.1f} s", file=sys.stderr)
     return recorded
 
