@@ -218,7 +218,9 @@ class TestKueue:
         assert any(line.split()[:3] == ["kueue", "kueue", "yes"] for line in text.splitlines())
 
     def test_a_team_a_job_for_2_shares_is_admitted_to_the_shared_flavor_and_runs_there(self, lab):
-        create(lab, kueue_job("two-shares", "team-a", 1, 2))
+        # 2 pods of one share: the plan refuses a pod more than one shared GPU
+        # (time_slicing_fail_requests_greater_than_one; the device plugin's Allocate fails it).
+        create(lab, kueue_job("two-shares", "team-a", 2, 1))
         admitted = wait(
             lambda: condition(workload(lab, "team-a", "two-shares"), "Admitted"),
             60,
@@ -234,22 +236,22 @@ class TestKueue:
             RUNNING,
             lambda: get(lab, "pods", "-n", "team-a")["items"],
         )
-        assert list(pods.values()) == [SHARED]
+        assert list(pods.values()) == [SHARED, SHARED]
         assert shared_usage(lab, "team-a") == {"total": "2", "borrowed": "0"}
 
     def test_a_job_beyond_team_as_quota_borrows_from_the_cohort_while_team_b_is_idle(self, lab):
-        # team-a: 16 of the host's 32 shares; 2 used above, 2 x 8 more is 2 above the quota.
+        # team-a: 16 of the host's 32 shares; 2 used above, 15 more is 1 above the quota.
         assert shared_usage(lab, "team-b") in ({}, {"total": "0", "borrowed": "0"})
-        create(lab, kueue_job("borrow", "team-a", 2, 8))
+        create(lab, kueue_job("borrow", "team-a", 15, 1))
         admitted = wait(
             lambda: condition(workload(lab, "team-a", "borrow"), "Admitted"),
             60,
             lambda: workload(lab, "team-a", "borrow"),
         )
         assert admitted["status"] == "True", admitted
-        assert shared_usage(lab, "team-a") == {"total": "18", "borrowed": "2"}
+        assert shared_usage(lab, "team-a") == {"total": "17", "borrowed": "1"}
         pods = wait(
-            lambda: (found := running_pods(lab, "team-a", "test=borrow")) and len(found) == 2
+            lambda: (found := running_pods(lab, "team-a", "test=borrow")) and len(found) == 15
             and found,
             RUNNING,
             lambda: get(lab, "pods", "-n", "team-a", "-l", "test=borrow")["items"],
@@ -265,7 +267,7 @@ class TestKueue:
         )
         kube_apply(lab, "kueue", alone)
         assert "cohortName" not in get(lab, "clusterqueue", "team-a")["spec"]
-        create(lab, kueue_job("no-borrow", "team-a", 2, 8))
+        create(lab, kueue_job("no-borrow", "team-a", 15, 1))
         held = wait(
             lambda: (c := condition(workload(lab, "team-a", "no-borrow"), "QuotaReserved"))
             and c["status"] == "False" and c,
