@@ -344,7 +344,12 @@ def kueue_shared_quota(lab, queue: str) -> str:
 
 def volcano_job(name: str, queue: str, mig_1g: int) -> dict:
     """A Volcano Job in ``queue``: one pod asking for ``mig_1g`` nvidia.com/mig-1g.10gb, with
-    the mig pool's node selector and toleration (Volcano adds none)."""
+    the mig pool's node selector and toleration (Volcano adds none). The request is written
+    out: Volcano's job controller sums the template's ``requests`` into the PodGroup's
+    ``minResources`` (what the queue's capability is checked against at enqueue), and only a
+    Pod, not a Job's template, has them defaulted from its limits."""
+    worker = container({"nvidia.com/mig-1g.10gb": mig_1g})
+    worker["resources"]["requests"] = worker["resources"]["limits"]
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -371,7 +376,7 @@ def volcano_job(name: str, queue: str, mig_1g: int) -> dict:
                                     "effect": "NoSchedule",
                                 }
                             ],  # fmt: skip
-                            "containers": [container({"nvidia.com/mig-1g.10gb": mig_1g})],
+                            "containers": [worker],
                         },
                     },
                 }
