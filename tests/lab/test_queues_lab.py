@@ -17,6 +17,7 @@ import subprocess
 import time
 
 import pytest
+from gpuprov_lab import procs
 from gpuprov_lab.images import CANARY
 
 pytestmark = pytest.mark.lab
@@ -473,13 +474,14 @@ def test_lab_up_without_queues_stops_volcano_and_leaves_no_process_or_webhook(la
     shown = queue_status(lab)
     assert shown and shown["system"] == "volcano", shown
     pidfiles = sorted((lab.run_dir.path / "queues" / "volcano").glob("*.pid"))
-    pids = [int(p.read_text()) for p in pidfiles]
+    pids = [procs.read(p) for p in pidfiles]
     assert len(pids) == 3
     lab_up(lab)
     assert queue_status(lab) is None
     assert not (lab.run_dir.path / "queues").exists()
+    assert None not in pids
     assert [p for p in pids if os.path.exists(f"/proc/{p}")] == []
     assert not [n for n in webhook_configurations(lab) if "/kueue-" in n or "volcano" in n]
-    # The lab as it was: the session's hosts (same boot), up.
+    # The lab as it was: its hosts and cluster up.
     status = json.loads(gpuprov(lab, "lab", "status", "--format", "json").stdout)
     assert status["state"] == "up"
