@@ -3,6 +3,7 @@
 sudo gpuprov lab up                  # 3 hosts: 8 x A100 (shared), 8 x H100 (mig), 4 x H200
 sudo gpuprov lab up --hosts 8        # cycling through the same three kinds
 sudo gpuprov lab up --no-kube        # no control plane, no kubelet, no device plugin
+sudo gpuprov lab up --queues kueue   # and Kueue v0.17.0 (or `volcano`) against its API server
 sudo gpuprov lab status --format json
 sudo gpuprov lab demo                # up, deploy, verify (with --kubeconfig --canary)
 sudo gpuprov lab down
@@ -10,7 +11,9 @@ sudo gpuprov lab down
 With Kubernetes (the default) the lab runs etcd, kube-apiserver (on 10.200.0.1:16443),
 kube-scheduler and kube-controller-manager, and every host the real kubelet, which runs pods
 through the host's containerd, and NVIDIA's device plugin; the admin kubeconfig is
-``<run dir>/kube/admin.kubeconfig`` (printed by `up`).
+``<run dir>/kube/admin.kubeconfig`` (printed by `up`). ``--queues kueue|volcano`` adds that
+queue system, its CRDs and admission webhooks (``queue_system.py``); `up` again with another
+``--queues``, or none, swaps or stops only it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 import click
 
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
-from gpuprov_lab import controlplane, lifecycle, spec
+from gpuprov_lab import controlplane, lifecycle, queue_system, spec
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.rundir import RunDir, default_dir
 
@@ -82,6 +85,15 @@ def lab() -> None:
     help="NVIDIA device plugin binary to run on every host (default: shared/bin's v0.20.0, "
     "decompressed into /var/tmp/gpuprov-bin and checked against its sha256).",
 )
+@click.option(
+    "--queues",
+    "queues",
+    type=click.Choice(queue_system.SYSTEMS),
+    default=None,
+    help="Run this queue system against the lab's API server: Kueue v0.17.0 (built once into "
+    "/var/tmp, about 7 minutes cold) or Volcano v1.15.1 (shared/bin's). On a running lab of "
+    "the same hosts only the queue system is started, replaced or (without it) stopped.",
+)
 @bad_input
 def up(
     count: int | None,
@@ -89,11 +101,14 @@ def up(
     containerd: str | None,
     no_kube: bool,
     device_plugin: str | None,
+    queues: str | None,
 ) -> None:
     """Start the lab (idempotent); print its hosts and how to reach them."""
     if no_kube and device_plugin:
         raise click.UsageError("--device-plugin runs on the lab's nodes: not with --no-kube")
-    _up(count, spec_file, containerd, kube=not no_kube, device_plugin=device_plugin)
+    if no_kube and queues:
+        raise click.UsageError("--queues runs against the lab's API server: not with --no-kube")
+    _up(count, spec_file, containerd, kube=not no_kube, device_plugin=device_plugin, queues=queues)
 
 
 @lab.command()
@@ -115,6 +130,7 @@ def status(fmt: str) -> None:
         return
     click.echo(f"lab {document['state']} ({document['run_dir']})")
     _kube_status(document.get("kube"))
+    _queues_status(document.get("queues"))
     if document["hosts"]:
         click.echo(
             table(
@@ -163,6 +179,17 @@ def _kube_status(kube: dict | None) -> None:
         for n in kube["nodes"]
     ]
     click.echo(table(rows, ["node", "ready", "allocatable GPUs", "pods"]) + "\n")
+
+
+def _queues_status(queues: dict | None) -> None:
+    """The queue system's processes, after the nodes."""
+    if not queues:
+        return
+    rows = [
+        [queues["system"], p["name"], "yes" if p["running"] else "NO"] for p in queues["processes"]
+    ] or [[queues["system"], "-", "NO"]]
+    click.echo(table(rows, ["queues", "process", "running"]))
+    click.echo(f"webhooks at {', '.join(queues['endpoints'])}\n")
 
 
 @lab.command()
@@ -229,6 +256,7 @@ def _up(
     containerd: str | None = None,
     kube: bool = True,
     device_plugin: str | None = None,
+    queues: str | None = None,
 ) -> RunDir:
     if count is not None and spec_file is not None:
         raise click.UsageError("give --hosts or --spec, not both")
@@ -241,7 +269,7 @@ def _up(
     run = RunDir(default_dir())
     lifecycle.require_root("up")
     plugin = Path(device_plugin).resolve() if device_plugin else None
-    _lab_errors(lambda: lifecycle.up(run, hosts, kube=kube, plugin=plugin))
+    _lab_errors(lambda: lifecycle.up(run, hosts, kube=kube, plugin=plugin, queues=queues))
     click.echo(
         table(
             [
@@ -258,6 +286,11 @@ def _up(
         click.echo(f"kubeconfig {cluster['kubeconfig']} (API server {cluster['server']})")
         click.echo(f"PATH={bindir}:$PATH pyinfra -y {INVENTORY} {DEPLOY}")
         click.echo(f"gpuprov kube apply {INVENTORY} --kubeconfig {cluster['kubeconfig']}")
+        if queues:
+            click.echo(
+                f"gpuprov kube apply {INVENTORY} --kubeconfig {cluster['kubeconfig']} "
+                f"--queues {queues}"
+            )
         click.echo(f"gpuprov verify {INVENTORY} --kubeconfig {cluster['kubeconfig']}")
     else:
         click.echo(f"pyinfra -y {INVENTORY} {DEPLOY}")

@@ -173,15 +173,29 @@ def apply(kubeconfig: Path, documents: list[dict], field_manager: str = "gpuprov
 
 
 def wait_established(kubeconfig: Path, crd_names: list[str], timeout: float = 60.0) -> None:
-    """Wait until the API server serves every CRD named (condition ``Established``)."""
-    kubectl(
-        kubeconfig,
-        "wait",
-        "--for=condition=Established",
-        f"--timeout={timeout:.0f}s",
-        *(f"crd/{n}" for n in crd_names),
-        timeout=timeout + 30,
-    )
+    """Wait until the API server serves every CRD named (condition ``Established``).
+
+    ``kubectl wait`` gives up at once on a CRD whose status has no conditions yet (".status.
+    conditions accessor error: <nil>", seen on a loaded machine right after the apply): it is
+    asked again until ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(1.0, deadline - time.monotonic())
+        result = kubectl(
+            kubeconfig,
+            "wait",
+            "--for=condition=Established",
+            f"--timeout={left:.0f}s",
+            *(f"crd/{n}" for n in crd_names),
+            check=False,
+            timeout=left + 30,
+        )
+        if result.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise LabError(f"kubectl wait --for=condition=Established: {result.stderr.strip()}")
+        time.sleep(0.5)
 
 
 def shared_reference() -> Path:

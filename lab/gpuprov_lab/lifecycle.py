@@ -4,7 +4,10 @@
 spec it refuses (the running lab stays as it is), and leftovers of a crashed lab are cleaned
 first. With Kubernetes (the default) it starts etcd and kube-apiserver on the bridge address
 (``controlplane.py``) before the hosts, and each host boots the real kubelet, registered as a
-Node, and NVIDIA's real device plugin; ``up`` returns once every Node is Ready. ``down`` powers
+Node, and NVIDIA's real device plugin; ``up`` returns once every Node is Ready. With ``queues``
+(``kueue`` or ``volcano``) it also starts that queue system against the lab's API server
+(``queue_system.py``); on a running lab of the same hosts it starts, replaces or stops only
+the queue system, the hosts untouched. ``down`` powers
 the hosts off (their kubelets and plugins with them), stops the control plane, ends every
 process by pid, unmounts, deletes namespaces, links and the run directory (etcd's data
 included), and is safe to run twice.
@@ -40,6 +43,7 @@ from gpuprov_lab import (
     packages,
     plugin_service,
     procs,
+    queue_system,
     repo,
     services,
     ssh,
@@ -53,21 +57,38 @@ NODES_READY_TIMEOUT = 90.0  # boot to Ready measured 1-3 s per host; 16 hosts sh
 
 
 def up(
-    run: RunDir, spec: list[LabHost], kube: bool = True, plugin: Path | None = None
+    run: RunDir,
+    spec: list[LabHost],
+    kube: bool = True,
+    plugin: Path | None = None,
+    queues: str | None = None,
 ) -> dict[str, Any]:
     """Start a lab of ``spec`` (or keep the running one if it has the same spec); its state.
 
     ``kube``: run the control plane, and the kubelet and device plugin on every host;
-    ``plugin``: the device plugin binary (default: shared/bin's, ``plugin_service.default_binary``).
+    ``plugin``: the device plugin binary (default: shared/bin's, ``plugin_service.default_binary``);
+    ``queues``: the queue system to run (one of ``queue_system.SYSTEMS``; needs ``kube``).
     """
     require_root("up")
+    if queues is not None and (queues not in queue_system.SYSTEMS or not kube):
+        raise InputError(
+            [
+                Problem(
+                    "gpuprov lab up",
+                    f"--queues {queues}: one of {', '.join(queue_system.SYSTEMS)}, "
+                    "with Kubernetes (not --no-kube)",
+                )
+            ]
+        )
     with locked("up"):
         current = run.read_state()
         wanted = [h.as_dict() for h in spec]
         if current is not None and _healthy(run, current):
             if current["hosts"] == wanted and bool(current.get("kube")) == kube:
-                print("a lab with this spec is already up; reusing it", file=sys.stderr)
-                return current
+                if _queues_as_asked(run, current, queues):
+                    print("a lab with this spec is already up; reusing it", file=sys.stderr)
+                    return current
+                return _restart_queues(run, current, queues)
             raise InputError(
                 [
                     Problem(
@@ -86,7 +107,7 @@ def up(
         base_dir, built = base.ensure(), repo.ensure()
         binaries = _kube_binaries(plugin) if kube else None
         try:
-            return _start(run, spec, base_dir, built, binaries)
+            return _start(run, spec, base_dir, built, binaries, queues)
         except BaseException:
             _down(run)
             raise
@@ -121,6 +142,8 @@ def status(run: RunDir) -> dict[str, Any]:
         if kube["api"] is not None:
             ok = ok and kube["api"] and all(n["ready"] for n in kube["nodes"])
             ok = ok and all(c["running"] and c["healthy"] is not False for c in kube["components"])
+    queues = queue_system.status(run.path, current.get("queues"))
+    ok = ok and (queues is None or queues["running"])
     return {
         **current,
         "state": "up" if ok else "degraded",
@@ -129,6 +152,7 @@ def status(run: RunDir) -> dict[str, Any]:
         "stuck_mirror": procs.alive(run.stuck_pid),
         "repo_server": procs.alive(run.repo_pid),
         "kube": kube,
+        "queues": queues,
     }
 
 
@@ -192,6 +216,7 @@ def _start(
     base_dir: Path,
     built: repo.Repo,
     binaries: dict[str, Path] | None,
+    queues: str | None = None,
 ) -> dict[str, Any]:
     started = time.time()
     (run.path / "hosts").mkdir(parents=True, exist_ok=True)
@@ -209,6 +234,7 @@ def _start(
         "ssh_config": str(run.ssh_config),
         "ssh_key": str(run.key),
         "kube": None,
+        "queues": None,
     }
     if binaries is not None:
         document["kube"] = {
@@ -244,6 +270,9 @@ def _start(
         plane.wait_controllers()
         print(f"controllers ready {time.time() - waited:.1f} s after the hosts", file=sys.stderr)
         _wait_nodes_ready(run, document["kube"], [h.name for h in spec])
+        if queues is not None:
+            document["queues"] = _start_queues(run, queues)
+            run.write_state(document)
     print(f"lab up: {len(spec)} hosts in {time.time() - started:.1f} s", file=sys.stderr)
     return document
 
@@ -282,6 +311,40 @@ def _start_cluster(
     return parts, plane
 
 
+def _queues_as_asked(run: RunDir, current: dict[str, Any], queues: str | None) -> bool:
+    """The running lab runs the queue system asked for (None: none), all of its processes."""
+    shown = queue_system.status(run.path, current.get("queues"))
+    if queues is None:
+        return shown is None
+    return shown is not None and shown["system"] == queues and shown["running"]
+
+
+def _restart_queues(run: RunDir, current: dict[str, Any], queues: str | None) -> dict[str, Any]:
+    """The running lab with ``queues`` instead of the queue system it runs (None: none)."""
+    recorded = current.get("queues")
+    if recorded:
+        print(f"stopping {recorded['system']}", file=sys.stderr)
+    queue_system.stop(run.path)
+    current["queues"] = None
+    run.write_state(current)
+    if queues is not None:
+        current["queues"] = _start_queues(run, queues)
+        run.write_state(current)
+    return current
+
+
+def _start_queues(run: RunDir, queues: str) -> dict[str, Any]:
+    started = time.time()
+    try:
+        recorded = queue_system.start(run.path, queues, run.admin_kubeconfig, GATEWAY)
+    except BaseException:
+        # No webhook configuration left that nothing answers (they fail closed).
+        queue_system.stop(run.path)
+        raise
+    print(f"{queues} up in {time.time() - started:.1f} s", file=sys.stderr)
+    return recorded
+
+
 def _wait_nodes_ready(run: RunDir, kube: dict[str, Any], names: list[str]) -> None:
     """Wait until the API server shows every host's Node Ready; warn (do not fail) past the
     time limit, naming the hosts and where their kubelet's log is."""
@@ -313,6 +376,8 @@ def _down(run: RunDir) -> None:
                 os.kill(pid, signal.SIGTERM)
     for hd in host_dirs:
         hosts.stop(hd)
+    # Before the API server: the queue system's webhook configurations are deleted through it.
+    queue_system.stop(run.path)
     # After the hosts: a kubelet that outlived its API server would only log errors.
     controlplane.stop(run.kube)
     services.stop_all(run)
