@@ -29,6 +29,7 @@ IMAGE = "registry.example/gpuprov-fleet:1"
 def plane():
     started = control_plane()
     try:
+        assert started.kubectl("create", "namespace", "nvidia-device-plugin").returncode == 0
         consumer.apply(
             started.admin_kubeconfig, consumer.reference_crds("system-upgrade-controller-v0.20.1")
         )
