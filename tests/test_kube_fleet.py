@@ -3,6 +3,7 @@ documents in a ConfigMap, and a version that follows the pool's plan and nothing
 
 from __future__ import annotations
 
+import base64
 import json
 
 import yaml
@@ -59,7 +60,7 @@ def test_one_plan_per_pool_selecting_its_label_with_its_concurrency_and_cordon(t
 def test_each_node_gets_its_own_plan_document_that_reads_back(tmp_path):
     found = objects(tmp_path)
     data = found["ConfigMap", "gpuprov-fleet-shared"]["data"]
-    assert sorted(data) == ["gpu-a100-01.json", "gpu-a100-02.json"]
+    assert sorted(data) == ["files.json", "gpu-a100-01.json", "gpu-a100-02.json"]
     plan = read(json.loads(data["gpu-a100-02.json"]), "gpu-a100-02.json")
     (host,) = plan.hosts
     assert (host.name, host.mode, host.sharing.replicas) == ("gpu-a100-02", "shared", 4)
@@ -113,3 +114,21 @@ def test_pools_whose_labels_cannot_tell_them_apart_are_refused(tmp_path):
 def test_version_is_stable_and_follows_the_documents():
     assert fleet.version_of({"a": {"x": 1}}) == fleet.version_of({"a": {"x": 1}})
     assert fleet.version_of({"a": {"x": 1}}) != fleet.version_of({"a": {"x": 2}})
+
+
+def test_a_repository_key_on_the_controller_travels_in_the_config_map(tmp_path):
+    key = tmp_path / "repo.asc"
+    key.write_bytes(b"-----BEGIN PGP PUBLIC KEY BLOCK-----\nx\n")
+    inventory = INVENTORY.replace(
+        '"fleet_concurrency": 2}', f'"fleet_concurrency": 2, "driver_repo_key": {str(key)!r}}}'
+    )
+    result = render(tmp_path, inventory=inventory)
+    assert result.exit_code == 0, result.output
+    stream = result.stdout.split("# file: fleet.yaml\n", 1)[1].split("\n---\n# file:", 1)[0]
+    (cm,) = [
+        d
+        for d in yaml.safe_load_all(stream)
+        if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpuprov-fleet-shared"
+    ]
+    (name,) = json.loads(cm["data"]["files.json"]).values()
+    assert base64.b64decode(cm["binaryData"][name]) == key.read_bytes()

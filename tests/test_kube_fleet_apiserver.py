@@ -72,7 +72,7 @@ def test_the_plans_are_accepted_by_the_real_crd_with_every_field_kept(plane, tmp
             "get", "configmap", "gpuprov-fleet-shared", "-n", "system-upgrade", "-o", "json"
         ).stdout
     )
-    assert sorted(maps["data"]) == ["fleet-a100-01.json", "fleet-a100-02.json"]
+    assert sorted(maps["data"]) == ["files.json", "fleet-a100-01.json", "fleet-a100-02.json"]
     # The Job's account may read its pool's ConfigMap and patch nodes, and nothing of Secrets.
     account = "system:serviceaccount:system-upgrade:gpuprov-fleet"
     for verb, what, allowed in (

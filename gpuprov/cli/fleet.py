@@ -52,12 +52,13 @@ def apply(config_map: str, host_root: str) -> None:
     node, version = env["SYSTEM_UPGRADE_NODE_NAME"], env["SYSTEM_UPGRADE_PLAN_LATEST_VERSION"]
     try:
         api = ApiClient.in_cluster()
-        data = api.config_map(env["GPUPROV_FLEET_NAMESPACE"], config_map)
+        data, binary = api.config_map(env["GPUPROV_FLEET_NAMESPACE"], config_map)
     except ApiError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_DRIFT)
     try:
         plan = fleet_node.host_plan(data, node, f"configmap {config_map}")
+        fleet_node.install_files(data, binary, f"configmap {config_map}")
     except InputError:
         # The node is told too: verify and `kubectl get nodes` show which one has no plan.
         api.annotate_node(node, fleet_node.result_annotations(version, False))

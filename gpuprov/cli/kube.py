@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 
 import click
 
@@ -109,7 +110,15 @@ def _render(
             "The in-cluster deploy (docs/fleet.md): one system-upgrade-controller Plan per pool,\n"
             "its nodes' plan documents in a ConfigMap, and the RBAC of the controller and Jobs."
         )
-        objects = fleet_deploy.render(cluster, fleet_image)
+        files = {}
+        for path in fleet_deploy.local_files(cluster):
+            try:
+                files[path] = Path(path).expanduser().read_bytes()
+            except OSError as e:
+                raise InputError(
+                    [Problem(inventory, f"cannot read {path}: {e.strerror}", key="--fleet")]
+                ) from None
+        objects = fleet_deploy.render(cluster, fleet_image, files=files)
         rendered = dataclasses.replace(
             rendered, files={**rendered.files, manifests.FLEET_FILE: (header, objects)}
         )

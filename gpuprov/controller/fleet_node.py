@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
+from gpuprov.core.cluster.fleet import FILES_KEY
 from gpuprov.core.errors import InputError, Problem
 from gpuprov.core.plan import HostPlan
 from gpuprov.core.plan_document import read
@@ -54,6 +56,22 @@ def host_plan(data: dict[str, str], node: str, where: str) -> HostPlan:
         raise InputError([Problem(where, f"not JSON: {e}", key=key)]) from None
     (plan,) = read(document, f"{where} {key}").hosts
     return dataclasses.replace(plan, node=dataclasses.replace(plan.node, kubeconfig=None))
+
+
+def install_files(data: dict[str, str], binary: dict[str, bytes], where: str) -> list[str]:
+    """Put the controller's files the deploy reads (repository keys, shipped in the ConfigMap
+    by ``kube render --fleet``) back at their paths in this container; the paths written."""
+    try:
+        names = json.loads(data.get(FILES_KEY, "{}"))
+        for path, key in names.items():
+            target = Path(path).expanduser()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(binary[key])
+    except (ValueError, KeyError, AttributeError, OSError) as e:
+        raise InputError(
+            [Problem(where, f"its files cannot be written: {e}", key=FILES_KEY)]
+        ) from None
+    return sorted(names)
 
 
 def deploy(plan: HostPlan, host_root: str) -> bool:

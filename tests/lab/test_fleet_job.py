@@ -20,7 +20,7 @@ import json
 
 import pytest
 import yaml
-from gpuprov_lab import fleet_image
+from gpuprov_lab import consumer, fleet_image
 
 from gpuprov.core.cluster import fleet
 from gpuprov.host.contract import FLEET_NAMESPACE, FLEET_PLAN_ANNOTATION, FLEET_RESULT_ANNOTATION
@@ -34,7 +34,13 @@ AGENT = "/usr/lib/gpuprov/agent.pyz"
 
 @pytest.fixture(scope="module")
 def cluster(lab, deployed):
-    """The deployed lab with `kube apply --fleet` done and the image in every host."""
+    """The deployed lab with `kube apply --fleet` done and the image in every host. The Plan
+    CRD is SUC's own copy (the controller, not run here, would create it at start)."""
+    consumer.apply(lab.kubeconfig, consumer.reference_crds("system-upgrade-controller-v0.20.1"))
+    established = lab.kubectl(
+        "wait", "--for=condition=Established", "crd/plans.upgrade.cattle.io", "--timeout=60s"
+    )
+    assert established.returncode == 0, established.stderr
     result = lab._gpuprov(
         "kube", "apply", str(lab.inventory), "--kubeconfig", str(lab.kubeconfig),
         "--fleet", "--image", fleet_image.IMAGE,

@@ -9,6 +9,7 @@ docs "Accessing the Kubernetes API from a Pod"). Standard library only, two call
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import ssl
@@ -70,10 +71,11 @@ class ApiClient:
         except (urllib.error.URLError, OSError) as e:
             raise ApiError(f"{method} {path}: {e}") from None
 
-    def config_map(self, namespace: str, name: str) -> dict[str, str]:
-        """The ConfigMap's data."""
+    def config_map(self, namespace: str, name: str) -> tuple[dict[str, str], dict[str, bytes]]:
+        """The ConfigMap's ``data`` and ``binaryData`` (decoded)."""
         got = self.call("GET", f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(name)}")
-        return got.get("data") or {}
+        binary = {k: base64.b64decode(v) for k, v in (got.get("binaryData") or {}).items()}
+        return got.get("data") or {}, binary
 
     def annotate_node(self, node: str, annotations: dict[str, str]) -> None:
         """Set ``annotations`` on the Node (a merge patch: the node's other annotations stay)."""

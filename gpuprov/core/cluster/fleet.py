@@ -27,6 +27,7 @@ True
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from dataclasses import dataclass
@@ -43,6 +44,10 @@ JOB_ACCOUNT = "gpuprov-fleet"
 HOST_ROOT = "/host"  # where the controller mounts the node's root in every container (job.go)
 # A ConfigMap holds at most 1 MiB (the API server's limit on an object in etcd).
 CONFIG_MAP_MAX = 1024 * 1024
+# Keys naming a file on the controller that the deploy reads (the rest of a plan is data): the
+# Job gets each file in the ConfigMap too, and puts it back at its path before the deploy.
+LOCAL_FILE_KEYS = ("driver_repo_key", "container_toolkit_repo_key")
+FILES_KEY = "files.json"  # ConfigMap key: path -> the binaryData key holding the file
 # The command the Job's container runs: gpuprov's own CLI in the image (docs/fleet.md).
 COMMAND = ["gpuprov", "fleet", "apply"]
 
@@ -136,14 +141,26 @@ def pools(cluster: ClusterPlan) -> list[Pool]:
     return out
 
 
-def render(cluster: ClusterPlan, image: str, namespace: str = FLEET_NAMESPACE) -> list[dict]:
+def local_files(cluster: ClusterPlan) -> list[str]:
+    """The controller's files the hosts' deploys read (``LOCAL_FILE_KEYS``), each once."""
+    paths = {h.document_settings().get(k) for h in cluster.hosts for k in LOCAL_FILE_KEYS}
+    return sorted(p for p in paths if p)
+
+
+def render(
+    cluster: ClusterPlan,
+    image: str,
+    namespace: str = FLEET_NAMESPACE,
+    files: dict[str, bytes] | None = None,
+) -> list[dict]:
     """Every object of the fleet deploy, in the order they apply (the namespace first, the
-    Plans last, once what their Jobs read is there)."""
+    Plans last, once what their Jobs read is there). ``files``: the contents of
+    ``local_files(cluster)``, read by the caller on the controller."""
     why = image_problem(image)
     if why:
         raise InputError([Problem("command line", why, key="--image")])
     found = pools(cluster)
-    maps = [_config_map(p, namespace) for p in found]
+    maps = [_config_map(p, namespace, files or {}) for p in found]
     too_big = [
         (p, size)
         for p, m in zip(found, maps, strict=True)
@@ -186,12 +203,18 @@ def _labels(labels: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def _config_map(pool: Pool, namespace: str) -> dict[str, Any]:
+def _config_map(pool: Pool, namespace: str, files: dict[str, bytes]) -> dict[str, Any]:
     data = {
         f"{node}.json": json.dumps(doc, indent=1, sort_keys=True) + "\n"
         for node, doc in pool.documents.items()
     }
-    return {
+    wanted = sorted(
+        {p for h in pool.hosts for k in LOCAL_FILE_KEYS if (p := h.document_settings().get(k))}
+    )
+    names = {path: "file-" + hashlib.sha256(path.encode()).hexdigest()[:16] for path in wanted}
+    binary = {names[p]: base64.b64encode(files[p]).decode() for p in wanted}
+    data[FILES_KEY] = json.dumps(names, sort_keys=True) + "\n"
+    out = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
@@ -201,6 +224,7 @@ def _config_map(pool: Pool, namespace: str) -> dict[str, Any]:
         },
         "data": data,
     }
+    return {**out, "binaryData": binary} if binary else out
 
 
 def _plan(pool: Pool, image: str, namespace: str) -> dict[str, Any]:
