@@ -85,7 +85,8 @@ def run_job(lab, host: str, pool: str, version: str, name: str):
     }
     command = [
         "ctr", "-n", "k8s.io", "run", "--rm", f"--snapshotter={fleet_image.SNAPSHOTTER}",
-        "--net-host", "--privileged",
+        # SUC's pod has hostPID: systemctl in the chroot then talks to the host's systemd.
+        "--net-host", "--privileged", "--with-ns=pid:/proc/1/ns/pid",
         "--mount", f"type=bind,src=/,dst={fleet.HOST_ROOT},options=rbind:rw",
         "--mount", f"type=bind,src={ACCOUNT_DIR},dst=/var/run/secrets/kubernetes.io/serviceaccount,options=rbind:ro",
         *(f"--env={k}={v}" for k, v in env.items()),
