@@ -31,6 +31,7 @@ def _installed() -> Mapping[str, Callable[[], click.Command]]:
     commands={
         "advise": "gpuprov.cli.advise:advise",
         "deploy": "gpuprov.cli.deploy:deploy",
+        "fleet": "gpuprov.cli.fleet:fleet",
         "kube": "gpuprov.cli.kube:kube",
         "mig": "gpuprov.cli.mig:mig",
         "plan": "gpuprov.cli.plan:plan",

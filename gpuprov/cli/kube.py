@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 
 import click
 
 from gpuprov.cli.output import bad_input
 from gpuprov.cli.output_dir import write_files
 from gpuprov.cli.plan import limit_option, load_plan
+from gpuprov.controller.image import DEFAULT_IMAGE
 from gpuprov.controller.kube.kubectl import Kubectl, KubectlError
+from gpuprov.core.cluster import fleet as fleet_deploy
 from gpuprov.core.cluster import manifests
 from gpuprov.core.cluster.nodes import node_change
 from gpuprov.core.cluster.queue_files import QUEUE_SCHEDULERS, queue_files
@@ -42,6 +45,20 @@ mig_manager_option = click.option(
 )
 
 
+fleet_option = click.option(
+    "--fleet",
+    is_flag=True,
+    help="Also the in-cluster deploy: a system-upgrade-controller Plan per pool whose Jobs run "
+    "gpuprov's deploy on each node (docs/fleet.md).",
+)
+image_option = click.option(
+    "--image",
+    default=DEFAULT_IMAGE,
+    show_default=True,
+    help="With --fleet: the image the Plans' Jobs run (`gpuprov fleet image` builds it).",
+)
+
+
 queues_option = click.option(
     "--queues",
     type=click.Choice(QUEUE_SCHEDULERS),
@@ -62,6 +79,7 @@ def _render(
     vgpu_namespace: str = VGPU_NAMESPACE,
     node_problem_detector: bool = False,
     queues: str | None = None,
+    fleet_image: str | None = None,
 ) -> manifests.Rendered:
     """The whole inventory's manifests (the ConfigMaps serve every node), ``--limit`` choosing
     the nodes."""
@@ -82,6 +100,27 @@ def _render(
     if queues:
         rendered = dataclasses.replace(
             rendered, files={**rendered.files, **queue_files(loaded, cluster, queues)}
+        )
+    if fleet_image:
+        if limit:
+            raise InputError(
+                [Problem("command line", "--fleet renders every pool: no --limit", key="--limit")]
+            )
+        header = (
+            "The in-cluster deploy (docs/fleet.md): one system-upgrade-controller Plan per pool,\n"
+            "its nodes' plan documents in a ConfigMap, and the RBAC of the controller and Jobs."
+        )
+        files = {}
+        for path in fleet_deploy.local_files(cluster):
+            try:
+                files[path] = Path(path).expanduser().read_bytes()
+            except OSError as e:
+                raise InputError(
+                    [Problem(inventory, f"cannot read {path}: {e.strerror}", key="--fleet")]
+                ) from None
+        objects = fleet_deploy.render(cluster, fleet_image, files=files)
+        rendered = dataclasses.replace(
+            rendered, files={**rendered.files, manifests.FLEET_FILE: (header, objects)}
         )
     _warn(rendered)
     return rendered
@@ -110,6 +149,8 @@ def _warn(rendered: manifests.Rendered) -> None:
     "critical GPU XID (health_critical_xids; docs/health.md).",
 )
 @queues_option
+@fleet_option
+@image_option
 @bad_input
 def render(
     inventory: str,
@@ -120,10 +161,19 @@ def render(
     limit: tuple[str, ...],
     node_problem_detector: bool,
     queues: str | None,
+    fleet: bool,
+    image: str,
 ) -> None:
     """Render INVENTORY's manifests and Helm values (docs/kubernetes.md, docs/vgpu.md)."""
     rendered = _render(
-        inventory, limit, namespace, mig_manager, vgpu_namespace, node_problem_detector, queues
+        inventory,
+        limit,
+        namespace,
+        mig_manager,
+        vgpu_namespace,
+        node_problem_detector,
+        queues,
+        image if fleet else None,
     )
     if out is None:
         click.echo(rendered.stream(), nl=False)
@@ -141,6 +191,8 @@ def render(
 @mig_manager_option
 @limit_option
 @queues_option
+@fleet_option
+@image_option
 @bad_input
 def apply(
     inventory: str,
@@ -151,6 +203,8 @@ def apply(
     mig_manager: str,
     limit: tuple[str, ...],
     queues: str | None,
+    fleet: bool,
+    image: str,
 ) -> None:
     """Apply INVENTORY's ConfigMaps, node labels and taints.
 
@@ -158,11 +212,20 @@ def apply(
     gpuprov's own labels and taints change; other labels and taints stay. Exit 0 done, 1 the
     cluster refused or could not be reached, 2 bad input (touching nothing). With --queues,
     the teams' queue objects too (server-side: fields others set stay); the scheduler's CRDs
-    must be installed.
+    must be installed. With --fleet, the in-cluster deploy's Plans and what they need
+    (docs/fleet.md); system-upgrade-controller must be running (it creates the Plan CRD).
     """
     client = Kubectl(kubeconfig)
     client.check_kubeconfig()
-    rendered = _render(inventory, limit, namespace, mig_manager, vgpu_namespace, queues=queues)
+    rendered = _render(
+        inventory,
+        limit,
+        namespace,
+        mig_manager,
+        vgpu_namespace,
+        queues=queues,
+        fleet_image=image if fleet else None,
+    )
     try:
         nodes = client.nodes()
         present = [n for n in rendered.nodes if n.name in nodes]
@@ -172,7 +235,9 @@ def apply(
                     f"warning: node {node.name} (host {node.host}) is not in the cluster: skipped",
                     err=True,
                 )
-        stream = manifests.dump(rendered.config_maps() + rendered.queue_objects())
+        stream = manifests.dump(
+            rendered.config_maps() + rendered.queue_objects() + rendered.fleet_objects()
+        )
         changes = [c for n in present if (c := node_change(n, nodes[n.name])) is not None]
         if dry_run:
             click.echo(client.diff(stream), nl=False)

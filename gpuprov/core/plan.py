@@ -38,6 +38,7 @@ from gpuprov.core.plan_areas import (
     ContainerRuntime,
     DevicePlugin,
     Driver,
+    Fleet,
     Health,
     Kubelet,
     Mig,
@@ -119,6 +120,7 @@ class HostPlan:
     health: Health
     queues: Queues
     canary: Canary
+    fleet: Fleet
     sharing: Sharing | None = None
     budget: Budget | None = None
     vgpu: Vgpu | None = None  # the HAMi-core shares of a host in `vgpu`

@@ -183,6 +183,14 @@ class Health:
     health_critical_xids: list[int]
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """The in-cluster deploy of ``kube render --fleet``: how many nodes of the host's pool its
+    Plan changes at once."""
+
+    fleet_concurrency: int
+
+
 # HostPlan's field name -> the area it holds; every host has each of these. ``Sharing``,
 # ``Budget`` and ``Vgpu`` (gpuprov.core.vgpu) are the areas of keys only some modes set.
 @dataclass(frozen=True)
@@ -217,6 +225,7 @@ AREAS: dict[str, type] = {
     "health": Health,
     "queues": Queues,
     "canary": Canary,
+    "fleet": Fleet,
 }
 MODE_AREAS: dict[str, type] = {"sharing": Sharing, "budget": Budget}
 

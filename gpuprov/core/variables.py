@@ -73,6 +73,8 @@ SHARE_MEMORY_MAX_GIB = 1024
 DRAIN_TIMEOUT_MAX = 86400
 # What a disruptive change evicts: the pods on the GPUs it touches, or every pod of the node.
 DRAIN_SCOPES = ("gpus", "node")
+# `kube render --fleet`: nodes one Plan changes at once; far above a pool that is still a pool.
+FLEET_CONCURRENCY_MAX = 10000
 # `gpuprov verify --canary`: a canary that has not started in an hour will not.
 CANARY_TIMEOUT_MAX = 3600
 # An OCI image reference: [registry/]repository[:tag][@digest], no spaces (distribution/reference).
@@ -676,6 +678,15 @@ _VARIABLES = [
         "`node` every pod of the node (`kubectl drain`). A change that reboots the host "
         "(`driver_reboot`, `mig_reboot`) drains the node either way (docs/kubernetes.md).",
         _choice(*DRAIN_SCOPES),
+    ),
+    # --- gpuprov kube render --fleet (docs/fleet.md)
+    Variable(
+        "fleet_concurrency",
+        1,
+        "Nodes of the host's pool that Rancher's system-upgrade-controller reconfigures at "
+        f"once (the pool's Plan `concurrency`, `kube render --fleet`), 1 to {FLEET_CONCURRENCY_MAX}; "
+        "every host of a pool must say the same.",
+        _int(1, FLEET_CONCURRENCY_MAX, "a larger pool is split into groups"),
     ),
     # --- gpuprov verify --canary (docs/kubernetes.md "Canary pods")
     Variable(

@@ -201,6 +201,13 @@ POOL_LABEL = f"{KUBE_LABEL_DOMAIN}/pool"  # default pool label and taint key, va
 OWNED_TAINTS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/taints"  # the taints gpuprov set last time
 OWNED_LABELS_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/labels"  # the labels gpuprov set last time
 KUBE_FIELD_MANAGER = "gpuprov"
+# `kube render --fleet` (docs/fleet.md): the namespace of the Plans (system-upgrade-controller's
+# own, manifests/system-upgrade-controller.yaml at v0.20.1), and what the Job writes on its node:
+# the plan version it applied and the result (FLEET_APPLIED or FLEET_FAILED).
+FLEET_NAMESPACE = "system-upgrade"
+FLEET_PLAN_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/fleet-plan"
+FLEET_RESULT_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/fleet-result"
+FLEET_APPLIED, FLEET_FAILED = "applied", "failed"
 # `gpuprov verify --canary`: its pods' namespace and labels (docs/kubernetes.md "Canary pods").
 CANARY_NAMESPACE = "gpuprov-canary"
 CANARY_LABEL = f"{KUBE_LABEL_DOMAIN}/canary"  # value: the run's id, so a run removes its own

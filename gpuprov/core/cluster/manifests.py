@@ -45,6 +45,7 @@ from gpuprov.host.contract import (
 # gpuprov.core.cluster.queue_files' files, in the order they apply (CRD objects after the
 # namespaces they live in).
 QUEUE_FILES = ("kueue-queues.yaml", "volcano-queues.yaml", "volcano-scheduler-configmap.yaml")
+FLEET_FILE = "fleet.yaml"  # kube render --fleet: gpuprov.core.cluster.fleet's objects
 MIG_MANAGERS = ("gpuprov", "operator")  # who applies MIG: gpuprov's agent or the GPU Operator
 DEFAULT_NAMESPACE = "nvidia-device-plugin"  # the device plugin chart's usual namespace
 
@@ -95,6 +96,10 @@ class Rendered:
         out = list(self.files["device-plugin-configmap.yaml"][1])
         out += self.files.get("vgpu-node-configmaps.yaml", ("", []))[1]
         return out + self.files.get("mig-parted-configmap.yaml", ("", []))[1]
+
+    def fleet_objects(self) -> list[dict[str, Any]]:
+        """The in-cluster deploy's objects of ``--fleet`` (gpuprov.core.cluster.fleet), if any."""
+        return list(self.files.get(FLEET_FILE, ("", []))[1])
 
     def queue_objects(self) -> list[dict[str, Any]]:
         """The queue objects of ``--queues`` (gpuprov.core.cluster.queue_files), if any."""

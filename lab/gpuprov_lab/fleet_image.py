@@ -1,0 +1,106 @@
+"""gpuprov's fleet image for the lab: built by ``gpuprov.controller.image`` on a Debian base
+that mmdebstrap makes here, and imported into each running lab host's containerd (no registry
+is reachable from the lab, so nothing is ever pulled).
+
+The base is ``mmdebstrap --variant=minbase --include=python3 bookworm`` as a tar, from this
+machine's Debian mirror (``gpuprov_lab.base.mirror``): Debian bookworm's python3 is 3.11, the
+interpreter the lab runs, so the wheels the builder's pip picks fit it. Both are cached under
+``/var/tmp``: the base by its mmdebstrap arguments, the image by a hash of gpuprov's sources
+and ``pyproject.toml`` (a changed checkout builds a new image; an unchanged one is reused).
+
+>>> IMAGE
+'gpuprov.invalid/gpuprov-fleet:lab'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from gpuprov.controller import image
+from gpuprov_lab import base
+from gpuprov_lab.errors import LabError
+from gpuprov_lab.rundir import CACHE, RunDir, prune_cache
+
+IMAGE = "gpuprov.invalid/gpuprov-fleet:lab"
+PACKAGES = ("python3",)
+SUITE = "bookworm"
+HOST_PATH = "/var/lib/gpuprov-lab/fleet-image.tar"  # where a host gets the archive to import
+SNAPSHOTTER = "native"  # the lab base's containerd config (gpuprov_lab.images.SNAPSHOTTER)
+
+
+def base_tar() -> Path:
+    """The cached Debian base rootfs tar, made first if missing (about a minute)."""
+    mirror = base.mirror()
+    key = hashlib.sha256(f"{SUITE} {PACKAGES} {mirror}".encode()).hexdigest()[:12]
+    path = CACHE / f"gpuprov-fleet-base-{key}.tar"
+    with _locked(path):
+        if not path.exists():
+            partial = path.with_suffix(".partial.tar")
+            result = subprocess.run(
+                ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+                 SUITE, str(partial), f"deb {mirror}/debian {SUITE} main"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if result.returncode != 0:
+                raise LabError(
+                    f"mmdebstrap of the fleet image's base failed:\n{result.stderr[-1500:]}"
+                )
+            partial.rename(path)
+            prune_cache("gpuprov-fleet-base-", path)
+    return path
+
+
+def ensure() -> Path:
+    """The fleet image archive of this checkout, built first if missing."""
+    digest = hashlib.sha256()
+    sources = [image.CHECKOUT / "pyproject.toml", *sorted((image.CHECKOUT / "gpuprov").rglob("*"))]
+    for path in sources:
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(
+                str(path.relative_to(image.CHECKOUT)).encode() + b"\0" + path.read_bytes()
+            )
+    root = base_tar()
+    digest.update(root.name.encode())
+    path = CACHE / f"gpuprov-fleet-image-{digest.hexdigest()[:12]}.tar"
+    with _locked(path):
+        if not path.exists():
+            print(f"building the fleet image {path} (pip install of gpuprov)", file=sys.stderr)
+            image.build(str(root), str(path), IMAGE)
+            prune_cache("gpuprov-fleet-image-", path)
+    return path
+
+
+def import_into(run_dir: RunDir, hosts: list[str]) -> None:
+    """Put the archive into each host and import it into its containerd (``k8s.io``, the CRI
+    plugin's namespace, which the kubelet's pods use)."""
+    from gpuprov_lab import ssh
+
+    archive = ensure()
+    for host in hosts:
+        target = run_dir.host(host).root / HOST_PATH.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(archive.read_bytes())
+        result = ssh.run(
+            run_dir,
+            host,
+            f"ctr -n k8s.io images import --snapshotter={SNAPSHOTTER} {HOST_PATH} && rm -f {HOST_PATH}",
+            timeout=300,
+        )
+        if result.returncode != 0:
+            raise LabError(
+                f"{host}: importing the fleet image failed:\n{result.stdout}{result.stderr}"
+            )
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Builds of one cached file queue on a lock beside it; the second finds the first's."""
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -1,0 +1,65 @@
+"""The fleet image's OCI layout (gpuprov.controller.image): the blobs are what their digests
+say, the manifest lists the layers bottom first with the config's diff ids, the index names the
+image as containerd's import reads it, and a base without the same python is refused."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+
+from gpuprov.controller import image
+from gpuprov.core.errors import InputError
+
+
+def tar_of(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_the_layout_holds_each_blob_under_its_digest_and_names_the_image(tmp_path):
+    base = tmp_path / "base.tar"
+    base.write_bytes(tar_of({"usr/bin/python3": b"py"}))
+    site = tmp_path / "site"
+    (site / "gpuprov").mkdir(parents=True)
+    (site / "gpuprov" / "__init__.py").write_text("__version__ = '0'\n")
+    layer = image._gpuprov_layer(site)
+    built = image.write(str(tmp_path / "img.tar"), "gpuprov.invalid/fleet:1", [base, layer])
+    with tarfile.open(built.path) as tar:
+        blobs = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    for name, data in blobs.items():
+        if name.startswith("blobs/sha256/"):
+            assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1]
+    index = json.loads(blobs["index.json"])
+    (entry,) = index["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == "gpuprov.invalid/fleet:1"
+    assert entry["digest"] == built.manifest_digest
+    manifest = json.loads(blobs[f"blobs/sha256/{entry['digest'].split(':')[1]}"])
+    config = json.loads(blobs[f"blobs/sha256/{manifest['config']['digest'].split(':')[1]}"])
+    layers = [d["digest"] for d in manifest["layers"]]
+    assert config["rootfs"]["diff_ids"] == layers
+    assert layers[0] == "sha256:" + hashlib.sha256(base.read_bytes()).hexdigest()
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        names = tar.getnames()
+        launcher = tar.extractfile(image.LAUNCHER).read().decode()
+    assert f"{image.SITE}/gpuprov/__init__.py" in names
+    assert "python3 -m gpuprov" in launcher
+    # The same inputs, the same image.
+    again = image.write(str(tmp_path / "again.tar"), "gpuprov.invalid/fleet:1", [base, layer])
+    assert again.manifest_digest == built.manifest_digest
+
+
+def test_a_base_without_the_same_python_is_refused(tmp_path):
+    base = tmp_path / "base.tar"
+    base.write_bytes(tar_of({"usr/bin/python3": b"py", "usr/lib/python3.2/os.py": b""}))
+    with pytest.raises(InputError, match="python3"):
+        image.build(str(base), str(tmp_path / "out.tar"), "gpuprov.invalid/fleet:1")
+    assert not (tmp_path / "out.tar").exists()
