@@ -33,7 +33,7 @@ def fleet() -> None:
 @bad_input
 def apply(config_map: str, host_root: str) -> None:
     """Deploy this node's plan from CONFIG_MAP onto the host root (run by the Plan's Job)."""
-    from gpuprov.controller import fleet_node
+    from gpuprov.controller.deploys import fleet_node
     from gpuprov.controller.kube.incluster import ApiClient, ApiError
 
     env = {
