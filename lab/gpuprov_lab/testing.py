@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov.host.contract import AGENT_PATH, DEVICE_PLUGIN_UNIT, KUBELET_DEVICE_PLUGIN_DIR
-from gpuprov_lab import controlplane, lifecycle, network, ssh
+from gpuprov_lab import controlplane, kueue, lifecycle, network, ssh, volcano
 from gpuprov_lab.rundir import RunDir, default_dir
 from gpuprov_lab.sim.contract import SIM_KERNEL_LOG_NAME, SIM_STATE_PATH
 from gpuprov_lab.spec import LabHost, default_spec
@@ -164,6 +164,71 @@ class Lab:
                     f"{what}: not so after {timeout:.0f} s; the API server shows {nodes}"
                 )
             time.sleep(1)
+
+    def namespaces(self) -> dict[str, str]:
+        """Namespace name -> phase (``Active``, ``Terminating``), as the API server shows now."""
+        result = self.kubectl("get", "namespaces", "-o", "json")
+        assert result.returncode == 0, result.stderr
+        return {
+            n["metadata"]["name"]: n.get("status", {}).get("phase", "")
+            for n in json.loads(result.stdout)["items"]
+        }
+
+    def clear_workloads(self, keep: set[str]) -> list[str]:
+        """Leave the cluster as a module found it: every namespace not in ``keep`` deleted (but
+        the queue systems' own, which `lab up` manages),
+        the ``default`` namespace's pods and their controllers deleted, every node uncordoned.
+        Returns what it found left behind (nothing, when the module cleaned up after itself).
+
+            left = lab.clear_workloads(keep=namespaces_before)   # [] or ["namespace/team-a"]
+        """
+        left = [
+            f"namespace/{name}"
+            for name, phase in sorted(self.namespaces().items())
+            if name not in keep | {kueue.NAMESPACE, volcano.NAMESPACE} and phase == "Active"
+        ]
+        kinds = "deployments,replicasets,jobs,pods"
+        found = self.kubectl("-n", "default", "get", kinds, "-o", "name")
+        left += found.stdout.split()
+        cordoned = self.kubectl(
+            "get", "nodes", "--field-selector=spec.unschedulable=true", "-o", "name"
+        )
+        left += cordoned.stdout.split()
+        if any(item.startswith("namespace/") for item in left):
+            names = [item.split("/", 1)[1] for item in left if item.startswith("namespace/")]
+            self.kubectl("delete", "namespace", *names, "--timeout=120s", timeout=150)
+        if found.stdout.strip():
+            self.kubectl("-n", "default", "delete", kinds, "--all", "--timeout=60s", timeout=90)
+        if cordoned.stdout.strip():
+            self.kubectl("uncordon", *cordoned.stdout.split())
+        return left
+
+    def pods_not_running(self, namespace: str) -> str:
+        """One line per pod of ``namespace`` that is not running: its phase, its container's
+        waiting or terminated reason, and the namespace's last event about it (for the message
+        of a wait that timed out)."""
+        pods = self.kubectl("-n", namespace, "get", "pods", "-o", "json")
+        events = self.kubectl("-n", namespace, "get", "events", "-o", "json")
+        if pods.returncode != 0:
+            return pods.stderr.strip()
+        last: dict[str, str] = {}
+        for event in sorted(
+            json.loads(events.stdout or '{"items": []}')["items"],
+            key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "",
+        ):
+            last[event["involvedObject"].get("name", "")] = f"{event['reason']}: {event['message']}"
+        lines = []
+        for pod in json.loads(pods.stdout)["items"]:
+            status = pod["status"]
+            states = [s.get("state", {}) for s in status.get("containerStatuses") or []]
+            if status.get("phase") == "Running" and states and all("running" in s for s in states):
+                continue
+            reasons = [v.get("reason", k) for s in states for k, v in s.items()]
+            name = pod["metadata"]["name"]
+            lines.append(
+                f"{name}: {status.get('phase')} {','.join(reasons) or '-'}; {last.get(name, '')}"
+            )
+        return "\n".join(lines) or "every pod runs"
 
     @property
     def env(self) -> dict[str, str]:

@@ -11,6 +11,8 @@ marked ``lab_down`` run last: they take the lab down themselves. Needs root (CI 
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from gpuprov_lab.testing import Lab, UserLabUp
 
@@ -55,3 +57,23 @@ def lab() -> Lab:
 def deployed(lab: Lab):
     """The lab brought to its own plan (inventories/lab.py) before the module's tests."""
     return lab.deploy()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cluster_as_found(request: pytest.FixtureRequest):
+    """After each module on the shared lab, the cluster as the module found it: a module whose
+    set-up failed half-way (its own clean-up never ran) must not leave pods, namespaces or a
+    cordoned node to the modules after it. What had to be removed is reported as a warning."""
+    module = request.node
+    if not module.get_closest_marker("lab") or any(
+        module.get_closest_marker(m) for m in ("lab_down", "own_lab", "fleet")
+    ):
+        yield
+        return
+    lab = request.getfixturevalue("lab")
+    before = set(lab.namespaces()) if lab.kube else set()
+    yield
+    if lab.kube and lab.run_dir.read_state():
+        left = lab.clear_workloads(keep=before)
+        if left:
+            warnings.warn(f"{module.name} left {', '.join(left)} (removed)", stacklevel=1)

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.lab
 SHARED, MIG = "lab-a100-01", "lab-h100-01"
 NAMESPACE = "gpuprov-lab-drain"
 SETTLE = 90  # seconds: a plugin restart plus a few kubelet status reports, on a loaded machine
-RUNNING = 120  # seconds: 20 shares on 2 cores start in about 25 s
+RUNNING = 240  # seconds: 23 pods on 2 cores start in about 25 s, far longer under load
 SHARES = 20
 ONE_7G = {0: {"4g.40gb": 1}, 5: {"7g.80gb": 1}}
 TWO_3G = {0: {"4g.40gb": 1}, 5: {"3g.40gb": 2}}
@@ -71,19 +71,24 @@ def drain_lab(lab, tmp_path_factory):
         "after": _inventory(lab, root / "after", TWO_3G, replicas=2),
         "node": _inventory(lab, root / "node", ONE_7G, 2, '\ndrain_scope = "node"\n'),
     }
-    lab.deploy(inventories["before"])
-    lab.kube_apply(inventories["before"])
-    lab.wait_nodes(lambda n: _gpus(n[MIG]) == BEFORE, SETTLE, "GPU 0's 4g and GPU 5's 7g")
-    made = lab.kubectl("create", "namespace", NAMESPACE)
-    assert made.returncode == 0, made.stderr
-    _wait(lambda: lab.kubectl("-n", NAMESPACE, "get", "serviceaccount/default").returncode == 0)
-    for name, limits in (("gpu-0", {"nvidia.com/mig-4g.40gb": 1}),
-                         ("gpu-5", {"nvidia.com/mig-7g.80gb": 1}), ("no-gpu", {})):  # fmt: skip
-        _create(lab, _pod(name, MIG, limits))
-    for n in range(SHARES):
-        _create(lab, _pod(f"share-{n:02d}", SHARED, {"nvidia.com/gpu.shared": 1}))
-    _wait(lambda: all(_is_running(p) for p in _pods(lab)), RUNNING, "the pods running")
     try:
+        lab.deploy(inventories["before"])
+        lab.kube_apply(inventories["before"])
+        lab.wait_nodes(lambda n: _gpus(n[MIG]) == BEFORE, SETTLE, "GPU 0's 4g and GPU 5's 7g")
+        made = lab.kubectl("create", "namespace", NAMESPACE)
+        assert made.returncode == 0, made.stderr
+        _wait(lambda: lab.kubectl("-n", NAMESPACE, "get", "serviceaccount/default").returncode == 0)
+        for name, limits in (("gpu-0", {"nvidia.com/mig-4g.40gb": 1}),
+                             ("gpu-5", {"nvidia.com/mig-7g.80gb": 1}), ("no-gpu", {})):  # fmt: skip
+            _create(lab, _pod(name, MIG, limits))
+        for n in range(SHARES):
+            _create(lab, _pod(f"share-{n:02d}", SHARED, {"nvidia.com/gpu.shared": 1}))
+        _wait(
+            lambda: all(_is_running(p) for p in _pods(lab)),
+            RUNNING,
+            "the pods running",
+            lambda: lab.pods_not_running(NAMESPACE),
+        )
         yield lab, inventories
     finally:
         lab.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s", timeout=150)
@@ -297,8 +302,9 @@ def _delete(lab, *objects: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def _wait(predicate, timeout: float = 30, what: str = "the condition") -> None:
+def _wait(predicate, timeout: float = 30, what: str = "the condition", shown=lambda: "") -> None:
+    """Poll ``predicate`` every second; after ``timeout`` fail with ``what`` and ``shown()``."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not so after {timeout:.0f} s"
+        assert time.monotonic() < deadline, f"{what}: not so after {timeout:.0f} s\n{shown()}"
         time.sleep(1)
