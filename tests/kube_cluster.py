@@ -12,11 +12,12 @@ import json
 import os
 import shutil
 import tempfile
-from pathlib import Path
 
 import pytest
 from gpuprov_lab import kubebuild
 from gpuprov_lab.controlplane import ControlPlane
+
+from tests import scratch
 
 NEEDED = ("etcd", "kube-apiserver", "kubectl")
 
@@ -34,9 +35,7 @@ def control_plane() -> ControlPlane:
         pytest.skip(message)
     if os.geteuid() != 0:
         pytest.skip("the lab control plane runs as root")
-    plane = ControlPlane(
-        Path(tempfile.mkdtemp(prefix="gpuprov-kube-test-")), "127.0.0.1", port=None
-    )
+    plane = ControlPlane(scratch.directory("kube"), "127.0.0.1", port=None)
     plane.start(binaries)
     os.environ["PATH"] = f"{binaries['kubectl'].parent}{os.pathsep}{os.environ['PATH']}"
     return plane

@@ -13,12 +13,13 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 from gpuprov_lab import consumer, plugin_service, procs
 from gpuprov_lab.controlplane import ControlPlane
+
+from tests import scratch
 
 
 def _unavailable(message: str) -> None:
@@ -43,7 +44,7 @@ def require_built(module) -> None:
 
 
 def workdir(name: str) -> Path:
-    return Path(tempfile.mkdtemp(prefix=f"gpuprov-{name}-test-"))
+    return scratch.directory(name)
 
 
 def create(plane: ControlPlane, document: dict) -> subprocess.CompletedProcess:

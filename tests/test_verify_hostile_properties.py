@@ -27,6 +27,7 @@ from gpuprov.controller.readback import snapshot_name, verify_snapshots
 from gpuprov.core.checks.host import compare, wanted_files
 from gpuprov.core.hostfiles import kubelet
 from gpuprov.host.contract import MIG_LAYOUT_PATH, PROBE_NVML_STATES, PROBE_SCHEMA
+from tests import scratch
 
 SECONDS = 2.0  # per document; a good one takes milliseconds
 
@@ -42,7 +43,7 @@ junk = st.recursive(
 
 @cache
 def plans() -> tuple:
-    root = Path(tempfile.mkdtemp(prefix="gpuprov-hostile-"))
+    root = scratch.directory("hostile")
     return (
         plan_for(root, "shared", time_slicing_replicas=4),
         plan_for(root, "mig", mig_layout={"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}),
