@@ -3,10 +3,12 @@ with the real kubectl: the Eviction API evicts only the pods holding a touched d
 disruption budget's refusal (429) is tried again until the time limit and then fails the host
 naming the pod and the budget, and the other pods are left alone.
 
-The host side is a stand-in for the agent's probe, run as ``gpuprov_python``: it lists, as the
-kubelet's pod-resources API would, the pods of ``$HOLDERS`` (``pod=device``) that the API server
-does not show terminating. No kubelet runs here, so an evicted pod stays terminating, which is
-what a kubelet that has let it go shows through pod-resources.
+The host side is a stand-in for the agent's probe, run as ``gpuprov_python``: it prints the
+probe document of a MIG host in its plan's state (``tests/probes.matching_probe``, each compute
+instance with its MIG device UUID) whose pod-resources section lists, as the kubelet's API
+would, the pods of ``$HOLDERS`` (``pod=GPU index``, holding that GPU's MIG device) that the API
+server does not show terminating. No kubelet runs here, so an evicted pod stays terminating,
+which is what a kubelet that has let it go shows through pod-resources.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import textwrap
 
 import pytest
 from kube_cluster import bound_pod, control_plane, node
+from plans import plan_for
+from probes import gpu_uuid, matching_probe
 from test_kube_drain import run
 
 from gpuprov.controller.operations.kube import gpus_drained
@@ -26,22 +30,26 @@ from gpuprov.controller.operations.kube import gpus_drained
 KUBELET_VIEW = textwrap.dedent(f"""\
     #!{sys.executable}
     import json, os, subprocess
+    document = json.load(open(os.environ["PROBE_DOCUMENT"]))
     rows = []
     for entry in os.environ["HOLDERS"].split():
-        pod, device = entry.split("=")
+        pod, gpu = entry.split("=")
         shown = subprocess.run(
             ["kubectl", "--kubeconfig", os.environ["KUBECONFIG_FILE"], "get", "pod", pod,
              "-o", "jsonpath={{.metadata.deletionTimestamp}}"], capture_output=True, text=True)
         if shown.returncode == 0 and not shown.stdout:
+            (instance,) = document["gpus"][int(gpu)]["gpu_instances"]
             rows.append({{"pod": pod, "namespace": "default", "container": "c",
-                         "resource": "nvidia.com/mig-7g.80gb", "device_ids": [device]}})
-    print(json.dumps({{"schema": "gpuprov.probe/v1", "nvml": "ok", "gpus": [
-        {{"index": 0, "uuid": "GPU-0", "gpu_instances": [
-            {{"id": 0, "compute_instances": [{{"uuid": "MIG-0"}}]}}]}},
-        {{"index": 5, "uuid": "GPU-5", "gpu_instances": [
-            {{"id": 0, "compute_instances": [{{"uuid": "MIG-5"}}]}}]}}],
-        "pod_resources": {{"socket": "/k.sock", "containers": rows}}}}))
+                         "resource": "nvidia.com/mig-7g.80gb",
+                         "device_ids": [instance["compute_instances"][0]["uuid"]]}})
+    document["pod_resources"] = {{"socket": "/k.sock", "containers": rows}}
+    print(json.dumps(document))
 """)
+
+
+def mig_device(gpu: int) -> str:
+    """The MIG device UUID of GPU ``gpu``'s one 7g.80gb in the stand-in's document."""
+    return f"MIG-{gpu:08x}-0000-5000-8000-000000000000"
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +68,12 @@ def host_view(tmp_path, monkeypatch, plane):
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     agent = tmp_path / "agent.pyz"
     agent.write_text("")
+    document = matching_probe(plan_for(tmp_path, "mig", gpu_count=8, mig_layout={"7g.80gb": 1}))
+    for gpu in document["gpus"]:
+        for instance in gpu["gpu_instances"]:
+            instance["compute_instances"][0]["uuid"] = mig_device(gpu["index"])
+    (tmp_path / "probe.json").write_text(json.dumps(document))
+    monkeypatch.setenv("PROBE_DOCUMENT", str(tmp_path / "probe.json"))
     monkeypatch.setenv("KUBECONFIG_FILE", str(plane.admin_kubeconfig))
     return {"python": str(script), "agent_path": str(agent)}
 
@@ -72,12 +86,12 @@ def test_only_the_pod_on_the_touched_device_is_evicted(plane, host_view, monkeyp
     node(plane, "gpu-evict-1")
     bound_pod(plane, "on-gpu-5", "gpu-evict-1")
     bound_pod(plane, "on-gpu-0", "gpu-evict-1")
-    monkeypatch.setenv("HOLDERS", "on-gpu-5=MIG-5 on-gpu-0=MIG-0")
+    monkeypatch.setenv("HOLDERS", "on-gpu-5=5 on-gpu-0=0")
     ok, _ = run(
         gpus_drained,
         node="gpu-evict-1",
         kubeconfig=str(plane.admin_kubeconfig),
-        devices=["MIG-5", "GPU-5"],
+        devices=[mig_device(5), gpu_uuid(5)],
         timeout=20,
         **host_view,
     )
@@ -102,12 +116,12 @@ def test_a_budget_that_refuses_fails_the_host_naming_the_pod_and_the_budget(
     (tmp_path / "budget.json").write_text(json.dumps(budget))
     made = plane.kubectl("create", "-f", str(tmp_path / "budget.json"))
     assert made.returncode == 0, made.stderr
-    monkeypatch.setenv("HOLDERS", "kept=MIG-5")
+    monkeypatch.setenv("HOLDERS", "kept=5")
     ok, state = run(
         gpus_drained,
         node="gpu-evict-2",
         kubeconfig=str(plane.admin_kubeconfig),
-        devices=["MIG-5"],
+        devices=[mig_device(5)],
         timeout=5,
         **host_view,
     )

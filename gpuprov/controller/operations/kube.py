@@ -20,6 +20,7 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from gpuprov.controller.facts.probe import VerifyProbe
+from gpuprov.core.checks import probe_document
 from gpuprov.core.cluster.budgets import holding
 from gpuprov.core.disruption import Holder, device_gpus, holders
 from gpuprov.host.contract import AGENT_PATH, POD_RESOURCES_SOCKET
@@ -122,23 +123,29 @@ def _budgets(host, kubeconfig: str, holder: Holder) -> list[str]:
         return []
 
 
-def _holders(host, connector: dict, probe: str, devices: frozenset[str]) -> list[Holder] | str:
+def _holders(
+    host, connector: dict, probe: tuple[str, str, str], devices: frozenset[str]
+) -> list[Holder] | str:
     """The pods holding any of ``devices``, as the kubelet's pod-resources API lists them on
-    the host now; a message when it cannot be read."""
-    ok, output = host.run_shell_command(probe, print_output=False, **connector)
+    the host now; a message when it cannot be read. ``probe`` is (command, agent, python)."""
+    command, agent, python = probe
+    ok, output = host.run_shell_command(command, print_output=False, **connector)
     if not ok:
         return f"the agent's probe failed: {' '.join(output.stderr_lines)[-300:]}"
     try:
         document = json.loads("\n".join(output.stdout_lines))
     except ValueError as e:
         return f"the agent's probe printed no JSON ({e})"
-    section = document.get("pod_resources") or {}
+    checked, findings = probe_document.read(host.name, document, agent, python)
+    if checked is None:
+        return f"the agent's probe document: {findings[0].found}"
+    section = checked.pod_resources or {}
     rows = section.get("containers")
     if rows is None:
         return []  # no kubelet socket: no pod holds anything
     if not isinstance(rows, list):
         return f"the kubelet's pod-resources API: {rows.get('error')}"
-    return holders(rows, devices, device_gpus(document))
+    return holders(rows, devices, device_gpus({"gpus": checked.gpus}))
 
 
 def _drain_gpus(
@@ -148,7 +155,7 @@ def _drain_gpus(
     node: str,
     timeout: int,
     devices: Sequence[str],
-    probe: str,
+    probe: tuple[str, str, str],
     connector: dict,
 ) -> bool:
     present = _in_cluster(host, kubeconfig, node)
@@ -262,7 +269,8 @@ def gpus_drained(
         for k, v in (host.current_op_global_arguments or {}).items()
         if k in CONNECTOR_ARGUMENT_KEYS
     }
-    probe = VerifyProbe().command(agent_path, python, pod_resources=POD_RESOURCES_SOCKET)
+    command = VerifyProbe().command(agent_path, python, pod_resources=POD_RESOURCES_SOCKET)
+    probe = (command, agent_path, python)
     yield FunctionCommand(
         _drain_gpus, (kubeconfig, node, timeout, sorted(devices), probe, connector), {}
     )
