@@ -73,9 +73,11 @@ def test_install_enables_the_kubelet_unit_named_for_the_node_with_the_kernel_val
     assert os.readlink(link) == kubelet.UNIT
     unit = (root / kubelet.UNIT.lstrip("/")).read_text()
     assert "--hostname-override=n1" in unit
+    # No mount namespace of its own: a pod's token tmpfs must be where containerd looks.
+    assert "BindReadOnlyPaths" not in unit and "PrivateMounts" not in unit
     for name, value in kubelet.KERNEL_TUNABLES.items():
         source = f"{kubelet.KERNEL_DIR}/{name.replace('/', '.')}"
-        assert f"BindReadOnlyPaths={source}:/proc/sys/{name}\n" in unit
+        assert f"|| mount --bind -o ro {source} /proc/sys/{name}'\n" in unit
         assert (root / source.lstrip("/")).read_text() == f"{value}\n"
     config = yaml.safe_load((root / KUBELET_CONFIG_PATH.lstrip("/")).read_text())
     assert (config["port"], config["healthzPort"]) == (20250, 20248)

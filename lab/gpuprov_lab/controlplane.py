@@ -45,6 +45,12 @@ from gpuprov_lab.errors import LabError
 
 API_PORT = 16443  # not 6443: a real API server may already listen there on this machine
 SERVICE_CIDR = "10.96.0.0/24"
+# The `kubernetes` Service's ClusterIP, the range's first address (the API server allocates it
+# to that Service), port 443: where a pod's in-cluster client connects (KUBERNETES_SERVICE_HOST
+# and _PORT, set by the kubelet). The server certificate names it, as kubeadm's does
+# (cmd/kubeadm/app/util/pkiutil: the first address of the service subnet among the SANs).
+SERVICE_IP = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
+SERVICE_PORT = 443
 _VALID = datetime.timedelta(days=30)
 
 
@@ -354,7 +360,9 @@ class ControlPlane:
             x509.DNSName(n)
             for n in ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
         ]
-        ips = [x509.IPAddress(ipaddress.ip_address(a)) for a in (self.address, "127.0.0.1")]
+        ips = [
+            x509.IPAddress(ipaddress.ip_address(a)) for a in (self.address, "127.0.0.1", SERVICE_IP)
+        ]
         server = (
             _builder(
                 x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]),

@@ -26,6 +26,7 @@ PROGRAMS = {
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
     "ip": "iproute2",
+    "nft": "nftables",  # the lab's stand-in for kube-proxy (gpuprov_lab.network)
     "cc": "gcc",  # compiles the simulated libnvidia-ml.so.1 the driver package ships
     # The tests read gpuprov's containerd files with the real containerd (Debian's 1.6).
     "containerd": "containerd",

@@ -30,7 +30,6 @@ from gpuprov_lab.rundir import CACHE, RunDir, prune_cache
 IMAGE = "gpuprov.invalid/gpuprov-fleet:lab"
 PACKAGES = ("python3",)
 SUITE = "bookworm"
-HOST_PATH = "/var/lib/gpuprov-lab/fleet-image.tar"  # where a host gets the archive to import
 SNAPSHOTTER = "native"  # the lab base's containerd config (gpuprov_lab.images.SNAPSHOTTER)
 
 
@@ -77,25 +76,13 @@ def ensure() -> Path:
 
 
 def import_into(run_dir: RunDir, hosts: list[str]) -> None:
-    """Put the archive into each host and import it into its containerd (``k8s.io``, the CRI
-    plugin's namespace, which the kubelet's pods use)."""
-    from gpuprov_lab import ssh
+    """Import the archive into each host's containerd (``gpuprov_lab.images.import_archive``:
+    a hard link into the host's root, then ``ctr images import``)."""
+    from gpuprov_lab import images
 
     archive = ensure()
     for host in hosts:
-        target = run_dir.host(host).root / HOST_PATH.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(archive.read_bytes())
-        result = ssh.run(
-            run_dir,
-            host,
-            f"ctr -n k8s.io images import --snapshotter={SNAPSHOTTER} {HOST_PATH} && rm -f {HOST_PATH}",
-            timeout=300,
-        )
-        if result.returncode != 0:
-            raise LabError(
-                f"{host}: importing the fleet image failed:\n{result.stdout}{result.stderr}"
-            )
+        images.import_archive(run_dir, host, archive)
 
 
 @contextlib.contextmanager

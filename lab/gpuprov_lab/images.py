@@ -14,6 +14,15 @@ Two images, each one uncompressed layer:
   never resolves (RFC 2606): a pod that names it with a pull policy that pulls fails at once
   instead of reaching out.
 
+And one the lab imports only where a test needs it (``kubectl_archive``, ``import_archive``):
+
+- ``KUBECTL``: ``gpuprov.invalid/lab-kubectl:<Kubernetes version>``, the lab's own kubectl
+  (the binary the lab runs, dynamically linked to glibc) with the lab base's ``libc.so.6`` and
+  loader, entrypoint ``/bin/kubectl``: system-upgrade-controller's cordon and drain containers
+  give only ``args`` (``cordon NODE``) to the image it names in
+  ``SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE`` (rancher/system-upgrade-controller v0.20.1
+  ``pkg/upgrade/job/job.go``).
+
 The archives are deterministic (fixed times, owners and order; no compression), so the same
 inputs give the same image digests, and cached by the hash of those inputs under
 ``/var/tmp/gpuprov-lab-images-<hash>/``. ``ctr -n k8s.io images import`` reads them
@@ -23,6 +32,8 @@ containerd's own ``ctr images export`` writes it, containerd core/images/archive
 
 >>> sorted(_canary_files(b"#!busybox"))[:3]
 ['bin/busybox', 'bin/cat', 'bin/env']
+>>> sorted(_kubectl_files(b"kubectl", b"libc", b"ld"))
+['bin/kubectl', 'lib/x86_64-linux-gnu/ld-linux-x86-64.so.2', 'lib/x86_64-linux-gnu/libc.so.6', 'lib64/ld-linux-x86-64.so.2']
 >>> reference_tag("registry.k8s.io/pause:3.10")
 '3.10'
 """
@@ -50,6 +61,11 @@ HERE = Path(__file__).parent
 PAUSE_SOURCE = HERE / "pause.c"
 CONTAINERD_CONFIG = HERE / "node" / "containerd-config.toml"
 CANARY = "gpuprov.invalid/lab-canary:1"
+KUBECTL = "gpuprov.invalid/lab-kubectl"  # tagged with the Kubernetes version
+# kubectl's dynamic libraries (`ldd kubectl`: libc and the loader), in the lab base (usrmerge:
+# /lib is usr/lib there; /lib64's loader is an absolute link to this one).
+LIBC_DIR = "usr/lib/x86_64-linux-gnu"
+LOADER = "ld-linux-x86-64.so.2"
 BUSYBOX = "bin/busybox"  # in the lab base, from busybox-static
 # The applets the lab's pods use: the shell, and what a canary or a test reads and waits with.
 APPLETS = ("cat", "env", "ls", "sh", "sleep", "true")
@@ -94,6 +110,29 @@ def ensure(base: Path) -> list[Archive]:
         archives.append(Archive(name, path, _manifest_digest(path)))
     prune_cache("gpuprov-lab-images-", directory)
     return archives
+
+
+def kubectl_archive(base: Path, kubectl: Path, version: str) -> Archive:
+    """The kubectl image for the lab base ``base``, built first when missing."""
+    files = _kubectl_files(
+        kubectl.read_bytes(),
+        (base / LIBC_DIR / "libc.so.6").read_bytes(),
+        (base / LIBC_DIR / LOADER).read_bytes(),
+    )
+    name = f"{KUBECTL}:{version}"
+    digest = hashlib.sha256(name.encode())
+    for path in sorted(files):
+        value = files[path]
+        digest.update(
+            path.encode() + b"\0" + (value.encode() if isinstance(value, str) else value[0])
+        )
+    directory = CACHE / f"gpuprov-lab-kubectl-{digest.hexdigest()[:16]}"
+    path = directory / "kubectl.tar"
+    if not path.is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_atomically(path, archive(name, files, {"Entrypoint": ["/bin/kubectl"]}))
+        prune_cache("gpuprov-lab-kubectl-", directory)
+    return Archive(name, path, _manifest_digest(path))
 
 
 def archive(name: str, files: dict[str, tuple[bytes, int] | str], config: dict) -> bytes:
@@ -162,6 +201,18 @@ def _canary_files(busybox: bytes) -> dict[str, tuple[bytes, int] | str]:
     files: dict[str, tuple[bytes, int] | str] = {BUSYBOX: (busybox, 0o755)}
     files |= {f"bin/{applet}": "busybox" for applet in APPLETS}
     return files
+
+
+def _kubectl_files(
+    kubectl: bytes, libc: bytes, loader: bytes
+) -> dict[str, tuple[bytes, int] | str]:
+    lib = "lib/x86_64-linux-gnu"
+    return {
+        "bin/kubectl": (kubectl, 0o755),
+        f"{lib}/libc.so.6": (libc, 0o755),
+        f"{lib}/{LOADER}": (loader, 0o755),
+        f"lib64/{LOADER}": f"/{lib}/{LOADER}",
+    }
 
 
 def _layer_entries(files: dict[str, tuple[bytes, int] | str]):
@@ -251,6 +302,7 @@ def _sha(blob: bytes) -> str:
 # --- in a lab host
 
 IMAGE_DIR = "/var/lib/gpuprov-lab/images"
+IMPORT_DIR = "/var/lib/gpuprov-lab/import"  # an archive imported now (import_archive), then gone
 IMPORT_UNIT = "/etc/systemd/system/gpuprov-lab-images.service"
 # The CRI plugin's snapshotter in the lab base's containerd config (native: overlayfs does not
 # work on the host's own overlay root): images are unpacked for it at import, not at first use.
@@ -290,3 +342,31 @@ def install(root: Path, archives: list[Archive]) -> None:
         kubelet_unit.put(root, f"{IMAGE_DIR}/{archive_.path.name}", archive_.path.read_bytes())
     kubelet_unit.put(root, IMPORT_UNIT, import_unit().encode())
     kubelet_unit.enable(root, IMPORT_UNIT)
+
+
+def import_archive(run_dir, host: str, path: Path, timeout: float = 600) -> None:
+    """Import the archive ``path`` (on this machine) into running host ``host``'s containerd
+    (``k8s.io``, the CRI plugin's namespace, which the kubelet's pods use), now. The archive
+    goes into the host's root by a hard link where it can (no copy of hundreds of MB), and is
+    removed again once imported."""
+    from gpuprov_lab import ssh
+
+    target = run_dir.host(host).root / IMPORT_DIR.lstrip("/") / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(path, target)
+    except OSError:  # another file system (a host root on tmpfs): a copy
+        shutil.copyfile(path, target)
+    inside = f"{IMPORT_DIR}/{path.name}"
+    try:
+        result = ssh.run(
+            run_dir,
+            host,
+            f"ctr -n k8s.io images import --snapshotter={SNAPSHOTTER} {inside}",
+            timeout=timeout,
+        )
+    finally:
+        target.unlink(missing_ok=True)
+    if result.returncode != 0:
+        raise LabError(f"{host}: importing {path.name} failed:\n{result.stdout}{result.stderr}")

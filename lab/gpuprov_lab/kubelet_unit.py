@@ -44,8 +44,14 @@ CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
 # nspawn container ("open /proc/sys/vm/overcommit_memory: read-only file system" ->
 # "Failed to start ContainerManager", exit), and these sysctls are not namespaced, so writing them
 # would change the whole machine (kernel.panic_on_oops=1 turns any oops into a panic). The unit
-# binds a file with the value the kubelet expects over each, in the kubelet's own mount namespace
-# only: the kubelet reads what it wants and the machine's kernel stays as it is.
+# binds a file with the value the kubelet expects over each, in the lab host (a container: the
+# machine's own /proc/sys is not touched): the kubelet reads what it wants and the machine's
+# kernel stays as it is. The binds are made by ExecStartPre, not systemd's BindReadOnlyPaths=,
+# which would give the kubelet a mount namespace of its own: the tmpfs it mounts for a pod's
+# service-account token (a projected volume) would then stay in that namespace, and containerd,
+# in the host's, would give the container the empty directory under it (seen: a pod's
+# /var/run/secrets/kubernetes.io/serviceaccount empty, its in-cluster kubectl falling back to
+# localhost:8080). MountFlags=shared does not help: systemd makes the namespace a slave first.
 # KubeletInUserNamespace does not help: it only ignores these errors inside a user namespace.
 KERNEL_TUNABLES = {
     "vm/overcommit_memory": "1",
@@ -112,8 +118,9 @@ def flags(node: str) -> list[str]:
 def unit(node: str) -> str:
     """The kubelet's systemd unit in a lab host."""
     binds = "".join(
-        f"BindReadOnlyPaths={KERNEL_DIR}/{name.replace('/', '.')}:/proc/sys/{name}\n"
-        for name in KERNEL_TUNABLES
+        f"ExecStartPre=/bin/sh -c 'grep -qx {value} /proc/sys/{name} || mount --bind -o ro "
+        f"{KERNEL_DIR}/{name.replace('/', '.')} /proc/sys/{name}'\n"
+        for name, value in KERNEL_TUNABLES.items()
     )
     return (
         "[Unit]\n"

@@ -286,6 +286,10 @@ def _start_cluster(
     started = time.time()
     plane = controlplane.ControlPlane(run.kube, GATEWAY)
     plane.start(binaries)
+    # The pods' in-cluster address of the API server (the `kubernetes` Service), without kube-proxy.
+    network.add_service_nat(
+        controlplane.SERVICE_IP, controlplane.SERVICE_PORT, plane.address, plane.port
+    )
     print(f"api server up in {time.time() - started:.1f} s", file=sys.stderr)
     # The controllers start now and are waited for after the hosts boot: their first sync
     # (a few seconds) overlaps the hosts' boot instead of adding to it.

@@ -1,130 +1,275 @@
-"""The in-cluster deploy's Job on a real lab host: `gpuprov kube apply --fleet` puts the Plans,
-the plan documents and the Job's RBAC into the lab's API server; the fleet image, built by
-``gpuprov fleet image`` on a Debian base, is imported into each host's containerd; and on one
-host, the real containerd runs the image as system-upgrade-controller's Job would (privileged,
-host network, the host's root at /host, the Job's service account token, SUC's environment):
-`gpuprov fleet apply` reads its plan document from the ConfigMap, runs the deploy through
-pyinfra's @chroot connector on the host (which the SSH deploy brought to plan before), and
-annotates its Node `applied` with the plan version. A host broken by hand fails its run, is
-annotated `failed`, and verify names it.
+"""The in-cluster deploy end to end on the lab: `gpuprov kube apply --fleet` puts the Plans, the
+plan documents and the Jobs' RBAC into the lab's API server; the real system-upgrade-controller
+v0.20.1 (on the controller machine, ``gpuprov_lab.upgrade_controller``) makes one Job per node,
+and the lab's real kubelets run them: SUC's cordon container (the lab's kubectl image,
+``SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE``), then the fleet image (``gpuprov fleet image`` on a Debian
+base) through the real containerd, host network and PID namespace, the host's root at /host,
+reaching the API server at the `kubernetes` Service's address (the lab's DNAT stands in for
+kube-proxy, ``gpuprov_lab.network``). `gpuprov fleet apply` deploys through pyinfra's @chroot
+connector and annotates its Node; SUC labels it with the plan's hash and uncordons it.
 
-What it does not show (docs/fleet.md "Not done yet"): system-upgrade-controller itself making
-the Jobs on the lab's kubelets (the lab has no kube-proxy, so a pod's in-cluster API address
-does not route), concurrency and re-runs across the pools.
+Shown: one Job per node, each pod run on its node, at most ``fleet_concurrency`` of a Plan at
+once (the lab has one node per pool, so one: tests/test_fleet_suc.py shows 2 of 3 in one pool);
+verify agrees afterwards; an unchanged apply starts no Job; a changed replica count re-runs the
+shared pool's Plan only; a host broken by hand fails its Job (backoff limit 0), its node is left
+failed and without the new hash, the others done, and verify names it. The module leaves the
+lab as it found it (Plans, Jobs, namespace, node labels and annotations gone, nodes uncordoned,
+the shared host deployed to the lab's own plan over SSH), also when its set-up fails half-way.
 """
 
 from __future__ import annotations
 
-import base64
 import json
+import time
+from pathlib import Path
 
 import pytest
-import yaml
-from gpuprov_lab import consumer, fleet_image
+from gpuprov_lab import fleet_image, images, kubebuild, upgrade_controller
 
 from gpuprov.core.cluster import fleet
-from gpuprov.host.contract import FLEET_NAMESPACE, FLEET_PLAN_ANNOTATION, FLEET_RESULT_ANNOTATION
+from gpuprov.host.contract import (
+    FLEET_APPLIED,
+    FLEET_FAILED,
+    FLEET_NAMESPACE,
+    FLEET_PLAN_ANNOTATION,
+    FLEET_RESULT_ANNOTATION,
+)
 
 pytestmark = pytest.mark.lab
 
 SHARED = "lab-a100-01"
-ACCOUNT_DIR = "/var/lib/gpuprov-lab/fleet-account"  # in the host: the Job's token and CA
 AGENT = "/usr/lib/gpuprov/agent.pyz"
+PLAN_LABEL = "plan.upgrade.cattle.io/"
+CONCURRENCY = 1  # fleet_concurrency's default, which the lab's inventory keeps
+# SUC's Job settings: a failed Job is not retried and a stuck one ends in minutes.
+JOB_ENV = {
+    "SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT": "0",
+    "SYSTEM_UPGRADE_JOB_ACTIVE_DEADLINE_SECONDS": "300",
+}
+REPLICAS = "\nshared = (hosts('shared'), {{'time_slicing_replicas': {}}})\n"
 
 
 @pytest.fixture(scope="module")
-def cluster(lab, deployed):
-    """The deployed lab with `kube apply --fleet` done and the image in the host the Jobs run on
-    (an import is a 265 MB unpack per host: only SHARED runs it here). The Plan
-    CRD is SUC's own copy (the controller, not run here, would create it at start)."""
-    consumer.apply(lab.kubeconfig, consumer.reference_crds("system-upgrade-controller-v0.20.1"))
-    established = lab.kubectl(
-        "wait", "--for=condition=Established", "crd/plans.upgrade.cattle.io", "--timeout=60s"
-    )
-    assert established.returncode == 0, established.stderr
+def cluster(lab, deployed, tmp_path_factory):
+    """SUC running against the lab with the kubectl and fleet images in every host (each is
+    selected by its pool's Plan). Afterwards, the lab as before."""
+    state = lab.run_dir.read_state()
+    handle = None
+    try:
+        kubectl = images.kubectl_archive(
+            Path(state["base"]), Path(lab.kube["kubectl"]), kubebuild.KUBERNETES_VERSION
+        )
+        fleet_archive = fleet_image.ensure()
+        for host in lab.names:
+            for archive in (kubectl.path, fleet_archive):
+                started = time.monotonic()
+                images.import_archive(lab.run_dir, host, archive)
+                print(f"{host}: {archive.name} imported in {time.monotonic() - started:.1f} s")
+        handle = upgrade_controller.start(
+            lab.kubeconfig,
+            tmp_path_factory.mktemp("suc"),
+            job_env={**JOB_ENV, "SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE": kubectl.name},
+        )
+        yield lab
+    finally:
+        if handle:
+            handle.stop()
+        restore(lab)
+
+
+def restore(lab) -> None:
+    """No Plan, Job or fleet mark left; every node schedulable; the shared host (the only one
+    whose plan the module changes) at the lab's plan again."""
+    lab.kubectl("delete", "namespace", FLEET_NAMESPACE, "--ignore-not-found", "--timeout=120s",
+                timeout=150)  # fmt: skip
+    for node in lab.names:
+        lab.kubectl("label", "node", node, *(f"{PLAN_LABEL}{plan}-" for plan in pools(lab)))
+        lab.kubectl("annotate", "node", node, f"{FLEET_PLAN_ANNOTATION}-",
+                    f"{FLEET_RESULT_ANNOTATION}-")  # fmt: skip
+        lab.kubectl("uncordon", node)
+    lab.deploy(None, "--limit", SHARED)
+    lab.wait_planned_allocatable(90, ready=True)
+
+
+def apply(lab, inventory: Path | None = None) -> None:
     result = lab._gpuprov(
-        "kube", "apply", str(lab.inventory), "--kubeconfig", str(lab.kubeconfig),
+        "kube", "apply", str(inventory or lab.inventory), "--kubeconfig", str(lab.kubeconfig),
         "--fleet", "--image", fleet_image.IMAGE,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    fleet_image.import_into(lab.run_dir, [SHARED])
-    lab.wait_planned_allocatable(60, ready=True)
-    return lab
 
 
-def plan_version(lab, pool: str) -> str:
-    got = lab.kubectl(
-        "-n", FLEET_NAMESPACE, "get", "plans.upgrade.cattle.io", fleet.plan_name(pool), "-o", "json"
+def get(lab, *what: str) -> dict:
+    result = lab.kubectl("get", *what, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def pools(lab) -> dict[str, list[str]]:
+    """Plan name -> the lab's nodes in its pool (the lab's node names are its host names)."""
+    out: dict[str, list[str]] = {}
+    for name in lab.names:
+        out.setdefault(fleet.plan_name(lab.host(name).group), []).append(name)
+    return out
+
+
+def failed(job: dict) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Failed" and c["status"] == "True" for c in conditions)
+
+
+def run_plans(lab, fail: str | None = None, timeout: float = 420) -> tuple[dict, dict, dict]:
+    """Wait until every Plan is through (each node labelled with its Plan's hash, or, for node
+    ``fail``, its Job of that hash failed), watching the Jobs: the new Jobs (name -> (plan,
+    node)), the most Jobs of a Plan running at once, and the Plans (name -> hash)."""
+    before = {j["metadata"]["name"] for j in get(lab, "-n", FLEET_NAMESPACE, "jobs")["items"]}
+    expect = pools(lab)
+    seen: dict[str, tuple[str, str]] = {}
+    most: dict[str, int] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = get(lab, "-n", FLEET_NAMESPACE, "jobs")["items"]
+        running: dict[str, int] = {}
+        for job in jobs:
+            labels = job["metadata"]["labels"]
+            plan, node = labels["upgrade.cattle.io/plan"], labels["upgrade.cattle.io/node"]
+            if job["metadata"]["name"] not in before:
+                seen[job["metadata"]["name"]] = (plan, node)
+            if (job.get("status") or {}).get("active"):
+                running[plan] = running.get(plan, 0) + 1
+        for plan, count in running.items():
+            most[plan] = max(most.get(plan, 0), count)
+        hashes = {
+            p["metadata"]["name"]: (p.get("status") or {}).get("latestHash")
+            for p in get(lab, "-n", FLEET_NAMESPACE, "plans.upgrade.cattle.io")["items"]
+        }
+        labels = {
+            n["metadata"]["name"]: n["metadata"]["labels"] for n in get(lab, "nodes")["items"]
+        }
+        # A Job carries its Plan's hash as the label the node gets (job.go:167-180).
+        failed_jobs = {
+            (
+                j["metadata"]["labels"]["upgrade.cattle.io/node"],
+                j["metadata"]["labels"].get(
+                    PLAN_LABEL + j["metadata"]["labels"]["upgrade.cattle.io/plan"]
+                ),
+            )
+            for j in jobs
+            if failed(j)
+        }
+        through = all(
+            hashes.get(plan)
+            and (
+                labels[node].get(PLAN_LABEL + plan) == hashes[plan]
+                or (node == fail and (node, hashes[plan]) in failed_jobs)
+            )
+            for plan, nodes in expect.items()
+            for node in nodes
+        )
+        if through:
+            return seen, most, hashes
+        assert time.monotonic() < deadline, (
+            f"Plans not through after {timeout:.0f} s: jobs {seen}, plans {hashes}, "
+            f"{upgrade_controller.NAME}: {lab_tail(lab)}"
+        )
+        time.sleep(2)
+
+
+def lab_tail(lab) -> str:
+    pods = lab.kubectl("-n", FLEET_NAMESPACE, "get", "pods", "-o", "wide")
+    return pods.stdout + pods.stderr
+
+
+def job_pod(lab, job: str) -> dict:
+    pods = get(lab, "-n", FLEET_NAMESPACE, "pods", "-l", f"job-name={job}")["items"]
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    return pods[0]
+
+
+def node_marks(lab, node: str) -> tuple[dict[str, str], dict[str, str], bool]:
+    got = get(lab, "node", node)
+    return (
+        got["metadata"]["labels"],
+        got["metadata"].get("annotations", {}),
+        bool(got["spec"].get("unschedulable")),
     )
-    assert got.returncode == 0, got.stderr
-    return json.loads(got.stdout)["spec"]["version"]
 
 
-def run_job(lab, host: str, pool: str, version: str, name: str):
-    """The Plan's container on ``host``'s containerd, set up as SUC's Job sets it up."""
-    token = lab.kubectl("-n", FLEET_NAMESPACE, "create", "token", fleet.JOB_ACCOUNT)
-    assert token.returncode == 0, token.stderr
-    config = yaml.safe_load(lab.kubeconfig.read_text())
-    cluster = config["clusters"][0]["cluster"]
-    server = cluster["server"].removeprefix("https://")
-    address, port = server.rsplit(":", 1)
-    if "certificate-authority-data" in cluster:
-        ca = base64.b64decode(cluster["certificate-authority-data"])
-    else:
-        ca = open(cluster["certificate-authority"], "rb").read()
-    account = lab.run_dir.host(host).root / ACCOUNT_DIR.lstrip("/")
-    account.mkdir(parents=True, exist_ok=True)
-    (account / "token").write_text(token.stdout.strip())
-    (account / "ca.crt").write_bytes(ca)
-    node = host  # the lab's node names are its host names
-    env = {
-        "KUBERNETES_SERVICE_HOST": address,
-        "KUBERNETES_SERVICE_PORT": port,
-        "SYSTEM_UPGRADE_NODE_NAME": node,
-        "SYSTEM_UPGRADE_PLAN_LATEST_VERSION": version,
-        "GPUPROV_FLEET_NAMESPACE": FLEET_NAMESPACE,
-    }
-    command = [
-        "ctr", "-n", "k8s.io", "run", "--rm", f"--snapshotter={fleet_image.SNAPSHOTTER}",
-        # SUC's pod has hostPID: systemctl in the chroot then talks to the host's systemd.
-        "--net-host", "--privileged", "--with-ns=pid:/proc/1/ns/pid",
-        "--mount", f"type=bind,src=/,dst={fleet.HOST_ROOT},options=rbind:rw",
-        "--mount", f"type=bind,src={ACCOUNT_DIR},dst=/var/run/secrets/kubernetes.io/serviceaccount,options=rbind:ro",
-        *(f"--env={k}={v}" for k, v in env.items()),
-        fleet_image.IMAGE, name,
-        *fleet.COMMAND, "--config-map", fleet.config_map_name(pool), "--host-root", fleet.HOST_ROOT,
-    ]  # fmt: skip
-    return lab.run(host, " ".join(command), check=False, timeout=600)
+def quiet(lab, seconds: float = 15) -> list[str]:
+    """The Jobs made in the next ``seconds`` (SUC re-queues an updated Plan within a second)."""
+    before = {j["metadata"]["name"] for j in get(lab, "-n", FLEET_NAMESPACE, "jobs")["items"]}
+    time.sleep(seconds)
+    after = {j["metadata"]["name"] for j in get(lab, "-n", FLEET_NAMESPACE, "jobs")["items"]}
+    return sorted(after - before)
 
 
-def annotations(lab, node: str) -> dict[str, str]:
-    got = lab.kubectl("get", "node", node, "-o", "json")
-    assert got.returncode == 0, got.stderr
-    return json.loads(got.stdout)["metadata"].get("annotations", {})
-
-
-def test_the_job_deploys_its_plan_through_the_chroot_and_annotates_its_node(cluster):
-    version = plan_version(cluster, "shared")
-    result = run_job(cluster, SHARED, "shared", version, "fleet-job-ok")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"plan {version} applied" in result.stdout
-    got = annotations(cluster, SHARED)
-    assert (got[FLEET_PLAN_ANNOTATION], got[FLEET_RESULT_ANNOTATION]) == (version, "applied")
-    # The host is at plan as the SSH deploy left it: verify, over SSH and the API, agrees.
+def test_suc_runs_one_job_per_node_on_the_kubelets_then_an_unchanged_apply_runs_none(cluster):
+    started = time.monotonic()
+    apply(cluster)
+    seen, most, hashes = run_plans(cluster)
+    print(f"first rollout: {time.monotonic() - started:.1f} s, jobs {sorted(seen)}")
+    expect = pools(cluster)
+    assert sorted(seen.values()) == sorted((p, n) for p, ns in expect.items() for n in ns), seen
+    assert all(count <= CONCURRENCY for count in most.values()), most
+    for job, (plan, node) in seen.items():
+        pod = job_pod(cluster, job)
+        # The kubelet of that node ran it to the end: cordon (init), then the deploy.
+        assert pod["spec"]["nodeName"] == node and pod["status"]["phase"] == "Succeeded", pod
+        init = pod["status"]["initContainerStatuses"]
+        assert [c["name"] for c in init] == ["cordon"], init
+        assert pod["spec"]["initContainers"][0]["image"].startswith(images.KUBECTL), pod
+        labels, annotations, cordoned = node_marks(cluster, node)
+        version = get(cluster, "-n", FLEET_NAMESPACE, "plans.upgrade.cattle.io", plan)["spec"][
+            "version"
+        ]
+        assert labels[PLAN_LABEL + plan] == hashes[plan]
+        assert annotations[FLEET_PLAN_ANNOTATION] == version
+        assert annotations[FLEET_RESULT_ANNOTATION] == FLEET_APPLIED
+        assert not cordoned, f"{node} left cordoned"
     verify = cluster.verify(None, "--kubeconfig", str(cluster.kubeconfig))
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
+    apply(cluster)  # the same inventory: the same versions, nothing to run
+    assert quiet(cluster) == []
 
-def test_a_host_broken_by_hand_fails_its_job_is_annotated_failed_and_verify_names_it(cluster):
-    version = plan_version(cluster, "shared")
+
+def test_a_changed_replica_count_reruns_the_shared_pool_only(cluster, tmp_path):
+    _, _, before = run_plans(cluster)
+    inventory = cluster.inventory_copy(tmp_path, REPLICAS.format(5))
+    apply(cluster, inventory)
+    seen, _, after = run_plans(cluster)
+    shared = fleet.plan_name("shared")
+    assert list(seen.values()) == [(shared, SHARED)], seen
+    assert after[shared] != before[shared]
+    assert {p: h for p, h in after.items() if p != shared} == {
+        p: h for p, h in before.items() if p != shared
+    }
+    verify = cluster.verify(inventory, "--kubeconfig", str(cluster.kubeconfig))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_host_broken_by_hand_fails_its_job_and_verify_names_it(cluster, tmp_path):
+    _, _, before = run_plans(cluster)
+    inventory = cluster.inventory_copy(tmp_path, REPLICAS.format(6))
     # Where the deploy installs the agent, a directory: the upload fails, as would a full disk.
     cluster.run(SHARED, f"mv {AGENT} {AGENT}.saved && mkdir {AGENT}")
     try:
-        result = run_job(cluster, SHARED, "shared", version, "fleet-job-broken")
-        assert result.returncode == 1, result.stdout + result.stderr
-        assert f"plan {version} failed" in result.stdout
-        assert annotations(cluster, SHARED)[FLEET_RESULT_ANNOTATION] == "failed"
-        verify = cluster.verify(None, "--kubeconfig", str(cluster.kubeconfig))
+        apply(cluster, inventory)
+        seen, _, after = run_plans(cluster, fail=SHARED)
+        shared = fleet.plan_name("shared")
+        assert list(seen.values()) == [(shared, SHARED)], seen
+        job = next(iter(seen))
+        assert job_pod(cluster, job)["status"]["phase"] == "Failed"
+        labels, annotations, _ = node_marks(cluster, SHARED)
+        assert annotations[FLEET_RESULT_ANNOTATION] == FLEET_FAILED
+        assert labels.get(PLAN_LABEL + shared) != after[shared], labels
+        for node in cluster.names:
+            if node != SHARED:
+                labels, annotations, cordoned = node_marks(cluster, node)
+                plan = fleet.plan_name(cluster.host(node).group)
+                assert labels[PLAN_LABEL + plan] == after[plan] == before[plan]
+                assert annotations[FLEET_RESULT_ANNOTATION] == FLEET_APPLIED and not cordoned
+        verify = cluster.verify(inventory, "--kubeconfig", str(cluster.kubeconfig))
         assert verify.returncode != 0 and SHARED in verify.stdout + verify.stderr
     finally:
         cluster.run(SHARED, f"rm -rf {AGENT} && mv {AGENT}.saved {AGENT}")
