@@ -88,8 +88,12 @@ def test_install_enables_the_kubelet_unit_named_for_the_node_with_the_kernel_val
 
 def _kmsg_step(tmp_path: Path) -> list[str]:
     """The unit's /dev/kmsg step as a command, pointed at ``tmp_path/kmsg`` instead."""
-    pre = [line for line in kubelet.unit("n1").splitlines() if line.startswith("ExecStartPre=")]
-    assert len(pre) == 1 and "/dev/kmsg" in pre[0], pre
+    pre = [
+        line
+        for line in kubelet.unit("n1").splitlines()
+        if line.startswith("ExecStartPre=") and "/dev/kmsg" in line
+    ]
+    assert len(pre) == 1, pre
     return shlex.split(
         pre[0].removeprefix("ExecStartPre=").replace("/dev/kmsg", str(tmp_path / "kmsg"))
     )

@@ -118,11 +118,17 @@ def failed(job: dict) -> bool:
     return any(c["type"] == "Failed" and c["status"] == "True" for c in conditions)
 
 
-def run_plans(lab, fail: str | None = None, timeout: float = 420) -> tuple[dict, dict, dict]:
+def job_names(lab) -> set[str]:
+    return {j["metadata"]["name"] for j in get(lab, "-n", FLEET_NAMESPACE, "jobs")["items"]}
+
+
+def run_plans(
+    lab, before: set[str], fail: str | None = None, timeout: float = 300
+) -> tuple[dict, dict, dict]:
     """Wait until every Plan is through (each node labelled with its Plan's hash, or, for node
-    ``fail``, its Job of that hash failed), watching the Jobs: the new Jobs (name -> (plan,
-    node)), the most Jobs of a Plan running at once, and the Plans (name -> hash)."""
-    before = {j["metadata"]["name"] for j in get(lab, "-n", FLEET_NAMESPACE, "jobs")["items"]}
+    ``fail``, its Job of that hash failed), watching the Jobs: the Jobs not in ``before``
+    (name -> (plan, node)), the most Jobs of a Plan running at once, and the Plans' hashes. Any
+    other Job that fails ends the wait at once, with its pod's log."""
     expect = pools(lab)
     seen: dict[str, tuple[str, str]] = {}
     most: dict[str, int] = {}
@@ -130,6 +136,7 @@ def run_plans(lab, fail: str | None = None, timeout: float = 420) -> tuple[dict,
     while True:
         jobs = get(lab, "-n", FLEET_NAMESPACE, "jobs")["items"]
         running: dict[str, int] = {}
+        failed_jobs = set()
         for job in jobs:
             labels = job["metadata"]["labels"]
             plan, node = labels["upgrade.cattle.io/plan"], labels["upgrade.cattle.io/node"]
@@ -137,6 +144,10 @@ def run_plans(lab, fail: str | None = None, timeout: float = 420) -> tuple[dict,
                 seen[job["metadata"]["name"]] = (plan, node)
             if (job.get("status") or {}).get("active"):
                 running[plan] = running.get(plan, 0) + 1
+            if failed(job):
+                # A Job carries its Plan's hash as the label its node gets (job.go:167-180).
+                failed_jobs.add((node, labels.get(PLAN_LABEL + plan)))
+                assert node == fail, f"{job['metadata']['name']} failed:\n{pod_log(lab, job)}"
         for plan, count in running.items():
             most[plan] = max(most.get(plan, 0), count)
         hashes = {
@@ -145,17 +156,6 @@ def run_plans(lab, fail: str | None = None, timeout: float = 420) -> tuple[dict,
         }
         labels = {
             n["metadata"]["name"]: n["metadata"]["labels"] for n in get(lab, "nodes")["items"]
-        }
-        # A Job carries its Plan's hash as the label the node gets (job.go:167-180).
-        failed_jobs = {
-            (
-                j["metadata"]["labels"]["upgrade.cattle.io/node"],
-                j["metadata"]["labels"].get(
-                    PLAN_LABEL + j["metadata"]["labels"]["upgrade.cattle.io/plan"]
-                ),
-            )
-            for j in jobs
-            if failed(j)
         }
         through = all(
             hashes.get(plan)
@@ -169,10 +169,17 @@ def run_plans(lab, fail: str | None = None, timeout: float = 420) -> tuple[dict,
         if through:
             return seen, most, hashes
         assert time.monotonic() < deadline, (
-            f"Plans not through after {timeout:.0f} s: jobs {seen}, plans {hashes}, "
-            f"{upgrade_controller.NAME}: {lab_tail(lab)}"
+            f"Plans not through after {timeout:.0f} s: jobs {seen}, plans {hashes}:\n"
+            f"{lab_tail(lab)}"
         )
-        time.sleep(2)
+        time.sleep(1)
+
+
+def pod_log(lab, job: dict) -> str:
+    selector = f"job-name={job['metadata']['name']}"
+    got = lab.kubectl("-n", FLEET_NAMESPACE, "logs", "-l", selector, "--all-containers",
+                      "--tail=40")  # fmt: skip
+    return got.stdout + got.stderr
 
 
 def lab_tail(lab) -> str:
@@ -204,9 +211,9 @@ def quiet(lab, seconds: float = 15) -> list[str]:
 
 
 def test_suc_runs_one_job_per_node_on_the_kubelets_then_an_unchanged_apply_runs_none(cluster):
-    started = time.monotonic()
+    started, before = time.monotonic(), job_names(cluster)
     apply(cluster)
-    seen, most, hashes = run_plans(cluster)
+    seen, most, hashes = run_plans(cluster, before)
     print(f"first rollout: {time.monotonic() - started:.1f} s, jobs {sorted(seen)}")
     expect = pools(cluster)
     assert sorted(seen.values()) == sorted((p, n) for p, ns in expect.items() for n in ns), seen
@@ -234,10 +241,11 @@ def test_suc_runs_one_job_per_node_on_the_kubelets_then_an_unchanged_apply_runs_
 
 
 def test_a_changed_replica_count_reruns_the_shared_pool_only(cluster, tmp_path):
-    _, _, before = run_plans(cluster)
+    _, _, before = run_plans(cluster, set())
     inventory = cluster.inventory_copy(tmp_path, REPLICAS.format(5))
+    jobs = job_names(cluster)
     apply(cluster, inventory)
-    seen, _, after = run_plans(cluster)
+    seen, _, after = run_plans(cluster, jobs)
     shared = fleet.plan_name("shared")
     assert list(seen.values()) == [(shared, SHARED)], seen
     assert after[shared] != before[shared]
@@ -249,13 +257,14 @@ def test_a_changed_replica_count_reruns_the_shared_pool_only(cluster, tmp_path):
 
 
 def test_a_host_broken_by_hand_fails_its_job_and_verify_names_it(cluster, tmp_path):
-    _, _, before = run_plans(cluster)
+    _, _, before = run_plans(cluster, set())
     inventory = cluster.inventory_copy(tmp_path, REPLICAS.format(6))
     # Where the deploy installs the agent, a directory: the upload fails, as would a full disk.
     cluster.run(SHARED, f"mv {AGENT} {AGENT}.saved && mkdir {AGENT}")
     try:
+        jobs = job_names(cluster)
         apply(cluster, inventory)
-        seen, _, after = run_plans(cluster, fail=SHARED)
+        seen, _, after = run_plans(cluster, jobs, fail=SHARED)
         shared = fleet.plan_name("shared")
         assert list(seen.values()) == [(shared, SHARED)], seen
         job = next(iter(seen))
