@@ -112,3 +112,37 @@ def test_the_pause_program_waits_and_ends_cleanly_on_sigterm(built, tmp_path):
         assert proc.wait(timeout=5) == 0
     finally:
         proc.kill()
+
+
+def test_the_kubectl_image_runs_kubectl_with_the_bases_libc_and_is_built_once(
+    tmp_path, monkeypatch
+):
+    base = tmp_path / "base"
+    libs = base / images.LIBC_DIR
+    libs.mkdir(parents=True)
+    (libs / "libc.so.6").write_bytes(b"\x7fELF libc")
+    (libs / images.LOADER).write_bytes(b"\x7fELF loader")
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_bytes(b"\x7fELF kubectl")
+    monkeypatch.setattr(images, "CACHE", tmp_path / "cache")
+    archive = images.kubectl_archive(base, kubectl, "1.34.4")
+    assert archive.name == f"{images.KUBECTL}:1.34.4"
+    data = archive.path.read_bytes()
+    index = json.loads(_read(data, "index.json"))
+    assert index["manifests"][0]["annotations"]["io.containerd.image.name"] == archive.name
+    manifest = json.loads(_blob(data, archive.digest))
+    # SUC's cordon container gives only `args: [cordon, NODE]`: the entrypoint must be kubectl.
+    config = json.loads(_blob(data, manifest["config"]["digest"]))["config"]
+    assert config["Entrypoint"] == ["/bin/kubectl"]
+    layer = _blob(data, manifest["layers"][0]["digest"])
+    assert _read(layer, "bin/kubectl") == b"\x7fELF kubectl"
+    assert _read(layer, "lib/x86_64-linux-gnu/libc.so.6") == b"\x7fELF libc"
+    # kubectl's ELF interpreter is /lib64/ld-linux-x86-64.so.2.
+    assert (
+        _members(layer)[f"lib64/{images.LOADER}"].linkname
+        == f"/lib/x86_64-linux-gnu/{images.LOADER}"
+    )
+    again = images.kubectl_archive(base, kubectl, "1.34.4")
+    assert (again.path, again.digest) == (archive.path, archive.digest)
+    kubectl.write_bytes(b"\x7fELF another kubectl")
+    assert images.kubectl_archive(base, kubectl, "1.34.4").digest != archive.digest

@@ -1,6 +1,7 @@
 """gpuprov's fleet image for the lab: built by ``gpuprov.controller.image`` on a Debian base
-that mmdebstrap makes here, and imported into each running lab host's containerd (no registry
-is reachable from the lab, so nothing is ever pulled).
+that mmdebstrap makes here, and imported into a running lab host's containerd with
+``gpuprov_lab.images.import_archives`` (no registry is reachable from the lab, so nothing is
+ever pulled).
 
 The base is ``mmdebstrap --variant=minbase --include=python3 bookworm`` as a tar, from this
 machine's Debian mirror (``gpuprov_lab.base.mirror``): Debian bookworm's python3 is 3.11, the
@@ -25,7 +26,7 @@ from pathlib import Path
 from gpuprov.controller import image
 from gpuprov_lab import base
 from gpuprov_lab.errors import LabError
-from gpuprov_lab.rundir import CACHE, RunDir, prune_cache
+from gpuprov_lab.rundir import CACHE, prune_cache
 
 IMAGE = "gpuprov.invalid/gpuprov-fleet:lab"
 PACKAGES = ("python3",)
@@ -73,16 +74,6 @@ def ensure() -> Path:
             image.build(str(root), str(path), IMAGE)
             prune_cache("gpuprov-fleet-image-", path)
     return path
-
-
-def import_into(run_dir: RunDir, hosts: list[str]) -> None:
-    """Import the archive into each host's containerd (``gpuprov_lab.images.import_archive``:
-    a hard link into the host's root, then ``ctr images import``)."""
-    from gpuprov_lab import images
-
-    archive = ensure()
-    for host in hosts:
-        images.import_archive(run_dir, host, archive)
 
 
 @contextlib.contextmanager

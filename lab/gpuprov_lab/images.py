@@ -48,6 +48,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,7 @@ from gpuprov.core.hostfiles.documents import parse
 from gpuprov.host.contract import CONTAINERD_UNIT, CRI_PLUGIN, KUBELET_UNIT
 from gpuprov_lab import kubelet_unit
 from gpuprov_lab.errors import LabError
-from gpuprov_lab.rundir import CACHE, prune_cache
+from gpuprov_lab.rundir import CACHE, RunDir, prune_cache
 
 HERE = Path(__file__).parent
 PAUSE_SOURCE = HERE / "pause.c"
@@ -344,7 +345,23 @@ def install(root: Path, archives: list[Archive]) -> None:
     kubelet_unit.enable(root, IMPORT_UNIT)
 
 
-def import_archive(run_dir, host: str, path: Path, timeout: float = 600) -> None:
+def import_archives(run_dir: RunDir, hosts: list[str], paths: list[Path]) -> dict[str, float]:
+    """``import_archive`` of each of ``paths`` into each host, the hosts side by side (an import
+    waits mostly on the disk: the copy into the host's root and containerd's unpack); the
+    seconds each host took."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(host: str) -> float:
+        started = time.monotonic()
+        for path in paths:
+            import_archive(run_dir, host, path)
+        return time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=len(hosts) or 1) as pool:
+        return dict(zip(hosts, pool.map(one, hosts), strict=True))
+
+
+def import_archive(run_dir: RunDir, host: str, path: Path, timeout: float = 600) -> None:
     """Import the archive ``path`` (on this machine) into running host ``host``'s containerd
     (``k8s.io``, the CRI plugin's namespace, which the kubelet's pods use), now. The archive
     goes into the host's root by a hard link where it can (no copy of hundreds of MB), and is

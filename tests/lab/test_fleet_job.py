@@ -60,11 +60,8 @@ def cluster(lab, deployed, tmp_path_factory):
             Path(state["base"]), Path(lab.kube["kubectl"]), kubebuild.KUBERNETES_VERSION
         )
         fleet_archive = fleet_image.ensure()
-        for host in lab.names:
-            for archive in (kubectl.path, fleet_archive):
-                started = time.monotonic()
-                images.import_archive(lab.run_dir, host, archive)
-                print(f"{host}: {archive.name} imported in {time.monotonic() - started:.1f} s")
+        took = images.import_archives(lab.run_dir, lab.names, [kubectl.path, fleet_archive])
+        print("images imported: " + ", ".join(f"{h} {s:.1f} s" for h, s in took.items()))
         handle = upgrade_controller.start(
             lab.kubeconfig,
             tmp_path_factory.mktemp("suc"),
