@@ -26,7 +26,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gpuprov.host.contract import AGENT_PATH, DEVICE_PLUGIN_UNIT, KUBELET_DEVICE_PLUGIN_DIR
+from gpuprov.host.contract import (
+    AGENT_PATH,
+    CANARY_NAMESPACE,
+    DEVICE_PLUGIN_UNIT,
+    KUBELET_DEVICE_PLUGIN_DIR,
+)
 from gpuprov_lab import controlplane, kueue, lifecycle, network, ssh, volcano
 from gpuprov_lab.rundir import RunDir, default_dir
 from gpuprov_lab.sim.contract import SIM_KERNEL_LOG_NAME, SIM_STATE_PATH
@@ -35,7 +40,14 @@ from gpuprov_lab.spec import LabHost, default_spec
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = "deploys/gpu_node.py"
 
-TEST_OWNED = "started-by-tests"  # in the run directory of a lab that a test session started
+TEST_OWNED = "started-by-tests"
+# Namespaces that outlive a module by design: the queue systems' (`lab up --queues`) and
+# verify's canary namespace (gpuprov.controller.kube.canary keeps it, empty).
+KEPT_NAMESPACES = {
+    kueue.NAMESPACE,
+    volcano.NAMESPACE,
+    CANARY_NAMESPACE,
+}  # in the run directory of a lab that a test session started
 Placement = tuple[int, int, int]  # (profile id, start, size) of a GPU instance
 
 
@@ -176,7 +188,8 @@ class Lab:
 
     def clear_workloads(self, keep: set[str]) -> list[str]:
         """Leave the cluster as a module found it: every namespace not in ``keep`` deleted (but
-        the queue systems' own, which `lab up` manages),
+        the queue systems' own, which `lab up` manages, and verify's canary namespace, which it
+        keeps empty),
         the ``default`` namespace's pods and their controllers deleted, every node uncordoned.
         Returns what it found left behind (nothing, when the module cleaned up after itself).
 
@@ -185,7 +198,7 @@ class Lab:
         left = [
             f"namespace/{name}"
             for name, phase in sorted(self.namespaces().items())
-            if name not in keep | {kueue.NAMESPACE, volcano.NAMESPACE} and phase == "Active"
+            if name not in keep | KEPT_NAMESPACES and phase == "Active"
         ]
         kinds = "deployments,replicasets,jobs,pods"
         found = self.kubectl("-n", "default", "get", kinds, "-o", "name")

@@ -1,5 +1,7 @@
 """A cold fleet: 16 fresh lab hosts take their first deploy all at once (no ``--parallel``),
-within a stated bound, three times in a row, and verify exits 0 after each.
+within a stated bound (far above the measured time: a run that hangs anywhere is past it), and
+verify exits 0 after it. Repeated cold runs, and their times, are ``bench/run.py --hosts 16
+--repeat 3`` (docs/performance.md): the suite runs it once.
 
 On the 2-core CI machine this costs several minutes (16 systemd hosts boot and deploy on the same
 cores as the controller), so it carries the ``fleet`` mark too: ``-m "lab and not fleet"`` leaves
@@ -23,14 +25,14 @@ from gpuprov_lab.testing import Lab, UserLabUp
 pytestmark = [pytest.mark.lab, pytest.mark.lab_down, pytest.mark.own_lab, pytest.mark.fleet]
 
 FLEET = 16
-RUNS = 3
+RUNS = 1  # each run is a cold 16-host lab (about 80 s here); bench/run.py repeats it
 # Seconds for the first deploy of 16 fresh hosts on the 2-core CI machine, where it measured
 # 21 s (bench/run.py, docs/performance.md): room for a busy machine, while a run that hangs
 # anywhere (a stalled apt, a lost host) is far past it.
 BOUND = 120
 
 
-def test_a_cold_16_host_first_deploy_finishes_within_the_bound_three_times_in_a_row():
+def test_a_cold_16_host_first_deploy_finishes_within_the_bound():
     try:
         Lab.make_way()  # the shared lab a test started; never a lab a person started
     except UserLabUp as e:
