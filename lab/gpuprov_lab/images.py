@@ -49,12 +49,13 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuprov.core.hostfiles.documents import parse
 from gpuprov.host.contract import CONTAINERD_UNIT, CRI_PLUGIN, KUBELET_UNIT
-from gpuprov_lab import kubelet_unit
+from gpuprov_lab import kubelet_unit, ssh
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.rundir import CACHE, RunDir, prune_cache
 
@@ -349,7 +350,6 @@ def import_archives(run_dir: RunDir, hosts: list[str], paths: list[Path]) -> dic
     """``import_archive`` of each of ``paths`` into each host, the hosts side by side (an import
     waits mostly on the disk: the copy into the host's root and containerd's unpack); the
     seconds each host took."""
-    from concurrent.futures import ThreadPoolExecutor
 
     def one(host: str) -> float:
         started = time.monotonic()
@@ -364,17 +364,12 @@ def import_archives(run_dir: RunDir, hosts: list[str], paths: list[Path]) -> dic
 def import_archive(run_dir: RunDir, host: str, path: Path, timeout: float = 600) -> None:
     """Import the archive ``path`` (on this machine) into running host ``host``'s containerd
     (``k8s.io``, the CRI plugin's namespace, which the kubelet's pods use), now. The archive
-    goes into the host's root by a hard link where it can (no copy of hundreds of MB), and is
+    is copied into the host's root (an overlay on another file system: no hard link) and
     removed again once imported."""
-    from gpuprov_lab import ssh
-
     target = run_dir.host(host).root / IMPORT_DIR.lstrip("/") / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
     target.unlink(missing_ok=True)
-    try:
-        os.link(path, target)
-    except OSError:  # another file system (a host root on tmpfs): a copy
-        shutil.copyfile(path, target)
+    shutil.copyfile(path, target)
     inside = f"{IMPORT_DIR}/{path.name}"
     try:
         result = ssh.run(
