@@ -1,6 +1,7 @@
-"""A step that runs out of time fails its host with the step, its limit and its command named.
+"""A step that runs out of time, or fails, fails its host with the step, its limit, its command
+and what the command said named.
 
-A real pyinfra run on @local: one step runs `sleep 5` under a 1 s limit.
+Real pyinfra runs on @local: one step runs `sleep 5` under a 1 s limit; one fails with a message.
 """
 
 from __future__ import annotations
@@ -36,3 +37,30 @@ def test_a_step_past_its_limit_fails_its_host_naming_step_limit_and_command(tmp_
     [row] = {line for line in out.splitlines() if line.startswith("    @local")}
     assert "(limit 1 s)  hung step  FAILED: `sleep 5`" in row
     assert "after it" not in row
+
+
+FAILING = """
+from pyinfra import state
+from pyinfra.operations import server
+
+from gpuprov.controller.deploys import progress
+
+progress.watch(state)
+server.shell(
+    name="broken restart",
+    commands=["echo 'Job for x.service failed.' >&2; echo 'log line' >&2; exit 1"],
+    _timeout=30,
+)
+"""
+
+
+def test_a_failed_step_names_the_first_line_its_command_wrote_to_stderr(tmp_path, monkeypatch):
+    deploy = tmp_path / "failing.py"
+    deploy.write_text(FAILING)
+    argv = ["-y", "@local", str(deploy)]
+    monkeypatch.setattr(sys, "argv", ["pyinfra", *argv])
+    result = CliRunner().invoke(cli, argv, catch_exceptions=False)
+    assert result.exit_code == 1
+    [row] = {line for line in result.output.splitlines() if line.startswith("    @local")}
+    assert "(limit 30 s)  broken restart  FAILED: `" in row
+    assert row.endswith("exit 1`: Job for x.service failed.")

@@ -232,7 +232,11 @@ class TestKueue:
         ]
         assert assignment["flavors"] == {"nvidia.com/gpu.shared": "shared"}
         pods = wait(
-            lambda: running_pods(lab, "team-a", "test=two-shares"),
+            lambda: (
+                (found := running_pods(lab, "team-a", "test=two-shares"))
+                and len(found) == 2
+                and found
+            ),
             RUNNING,
             lambda: get(lab, "pods", "-n", "team-a")["items"],
         )

@@ -4,7 +4,7 @@ pyinfra prints each step as it starts and each host's result as it ends. On top 
 step runs, every ``REPORT_EVERY`` seconds the hosts still on it are named with their time and
 limit; a host whose step fails gets one line with the step, its time and its limit; and when the
 run ends, a table lists every step that took ``SLOW`` seconds or more on a host, and each failed
-step with the command it was running.
+step with the command it was running and the first line that command wrote to stderr.
 
     --> Starting operation: GPU node | NVIDIA driver | apt-get update (gpuprov-nvidia-driver)
     gpuprov: still on `GPU node | NVIDIA driver | apt-get update (gpuprov-nvidia-driver)`:
@@ -104,8 +104,9 @@ class StepClock(BaseStateCallback):
             limit = f"limit {step.limit} s" if step.limit else "no limit"
             line = f"    {host_name}  {_seconds(step.seconds):>6}  ({limit})  {step.name}"
             if step.failed:
-                command = _last_command(state, by_name[host_name], op_hash)
+                command, error = _failure(state, by_name[host_name], op_hash)
                 line += "  FAILED" + (f": `{command}`" if command else "")
+                line += f": {error}" if error else ""
             lines.append(line)
         return lines
 
@@ -156,12 +157,16 @@ def step_name(state: State, op_hash: str, own: str | None) -> str:
     return (mine or names or [own or "operation"])[0]
 
 
-def _last_command(state: State, host: Host, op_hash: str) -> str | None:
-    # A failed step stops at the command that failed, the last one it ran. pyinfra 3.10 keeps
-    # the commands of a finished operation only in OperationMeta._commands (no public reader).
+def _failure(state: State, host: Host, op_hash: str) -> tuple[str | None, str | None]:
+    """The command a failed step stopped at (the last one it ran) and the first line it wrote
+    to stderr (systemctl's "Job for kubelet.service failed because ..."), each None if none."""
+    # pyinfra 3.10 keeps the commands of a finished operation only in OperationMeta._commands
+    # (no public reader); its output is public once the operation is complete.
     meta = state.get_op_data_for_host(host, op_hash).operation_meta
     commands = getattr(meta, "_commands", None) or []
-    return str(commands[-1]) if commands else None
+    lines = meta.stderr_lines if meta.is_complete() else []
+    errors = [line.strip() for line in lines if line.strip()]
+    return (str(commands[-1]) if commands else None), (errors[0] if errors else None)
 
 
 def _answering(host: Host) -> bool:

@@ -49,7 +49,8 @@ def service(units: list[str], enabled: bool = True, running: bool | None = True)
 @operation(is_idempotent=False)
 def restarted(unit: str):
     """
-    Restart a unit; meant to run with ``_if=`` the operation that changed its config.
+    Restart a unit; meant to run with ``_if=`` the operation that changed its config. When
+    the restart fails, the unit's last 20 log lines go to stderr after systemctl's message.
 
     + unit: unit name
 
@@ -59,7 +60,14 @@ def restarted(unit: str):
 
         restarted(name="Restart containerd", unit="containerd.service", _if=dropin.did_change)
     """
-    yield StringCommand("systemctl", "restart", shlex.quote(unit))
+    name = shlex.quote(unit)
+    # On a failure, systemd's own account follows systemctl's one-line message on stderr (the
+    # unit's last log lines: which ExecStartPre failed, or that the job was cancelled), so the
+    # deploy's output says why without a login to the host.
+    yield StringCommand(
+        f"systemctl restart {name} || {{ s=$?; journalctl --no-pager -o short-precise -n 20"
+        f" -u {name} >&2; exit $s; }}"
+    )
 
 
 @operation()
