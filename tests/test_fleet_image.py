@@ -57,6 +57,22 @@ def test_the_layout_holds_each_blob_under_its_digest_and_names_the_image(tmp_pat
     assert again.manifest_digest == built.manifest_digest
 
 
+def test_a_kubectl_given_is_in_the_layer_executable_on_the_jobs_path(tmp_path):
+    site = tmp_path / "site"
+    (site / "gpuprov").mkdir(parents=True)
+    (site / "gpuprov" / "__init__.py").write_text("__version__ = '0'\n")
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_bytes(b"\x7fELF kubectl")
+    with tarfile.open(fileobj=io.BytesIO(image._gpuprov_layer(site, kubectl))) as tar:
+        member = tar.getmember(image.KUBECTL)
+        assert tar.extractfile(member).read() == b"\x7fELF kubectl"
+    assert member.mode == 0o755
+    (path,) = [e.removeprefix("PATH=").split(":") for e in image.ENV if e.startswith("PATH=")]
+    assert "/" + image.KUBECTL.rsplit("/", 1)[0] in path
+    with tarfile.open(fileobj=io.BytesIO(image._gpuprov_layer(site))) as tar:
+        assert image.KUBECTL not in tar.getnames()
+
+
 def test_a_base_without_the_same_python_is_refused(tmp_path):
     base = tmp_path / "base.tar"
     base.write_bytes(tar_of({"usr/bin/python3": b"py", "usr/lib/python3.2/os.py": b""}))

@@ -7,6 +7,7 @@ not would be missing here)."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import yaml
@@ -15,6 +16,9 @@ from gpuprov_lab import consumer
 from kube_cluster import control_plane
 
 from gpuprov.cli import main
+from gpuprov.controller.kube.incluster import ApiClient
+from gpuprov.core.cluster.fleet import JOB_ACCOUNT
+from gpuprov.host.contract import FLEET_NAMESPACE
 from inventories import write_inventory
 
 INVENTORY = """
@@ -82,3 +86,44 @@ def test_the_plans_are_accepted_by_the_real_crd_with_every_field_kept(plane, tmp
     ):
         result = plane.kubectl("auth", "can-i", verb, what, "-n", "system-upgrade", "--as", account)
         assert result.stdout.strip() == allowed, (verb, what, result.stdout, result.stderr)
+
+
+def test_the_jobs_kubeconfig_lets_the_real_kubectl_do_what_the_drain_does(plane, tmp_path):
+    """The kubeconfig `fleet apply` writes for the deploy's drain (the pod's token by file, its
+    CA), given a real token of the Jobs' account: kubectl reads it, and the account may do
+    what the GPU-scoped drain and `kubectl drain` do, and no more."""
+    path = write_inventory(tmp_path, INVENTORY)
+    kubeconfig = str(plane.admin_kubeconfig)
+    applied = CliRunner().invoke(
+        main, ["kube", "apply", str(path), "--kubeconfig", kubeconfig, "--fleet", "--image", IMAGE]
+    )
+    assert applied.exit_code == 0, applied.output
+    token = plane.kubectl("create", "token", JOB_ACCOUNT, "-n", FLEET_NAMESPACE)
+    assert token.returncode == 0, token.stderr
+    (tmp_path / "token").write_text(token.stdout.strip())
+    admin = yaml.safe_load(plane.admin_kubeconfig.read_text())["clusters"][0]["cluster"]
+    client = ApiClient(admin["server"], "unused", admin["certificate-authority"])
+    job_kubeconfig = tmp_path / "job.kubeconfig"
+    job_kubeconfig.write_text(json.dumps(client.kubeconfig(tmp_path / "token")))
+
+    def as_job(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", str(job_kubeconfig), *args],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    whoami = as_job("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+    assert whoami.stdout == f"system:serviceaccount:{FLEET_NAMESPACE}:{JOB_ACCOUNT}", whoami.stderr
+    for allowed, *question in (
+        ("yes", "get", "nodes"),
+        ("yes", "patch", "nodes"),
+        ("yes", "list", "pods"),
+        ("yes", "create", "pods", "--subresource=eviction"),
+        ("yes", "list", "poddisruptionbudgets.policy"),
+        ("yes", "get", "daemonsets.apps"),
+        ("no", "delete", "pods"),
+        ("no", "delete", "nodes"),
+        ("no", "list", "secrets"),
+    ):
+        result = as_job("auth", "can-i", *question, "-A")
+        assert result.stdout.strip() == allowed, (question, result.stdout, result.stderr)

@@ -1,7 +1,7 @@
 """`gpuprov fleet apply` and `gpuprov fleet image`: the in-cluster deploy's two ends (docs/fleet.md).
 
     gpuprov fleet apply --config-map gpuprov-fleet-shared --host-root /host   # in the Job
-    gpuprov fleet image --base rootfs.tar --out gpuprov-fleet.tar             # the image
+    gpuprov fleet image --base rootfs.tar --kubectl kubectl --out gpuprov-fleet.tar   # the image
 
 ``apply`` is what a ``kube render --fleet`` Plan's Job runs on its node, with the controller's
 environment (``SYSTEM_UPGRADE_NODE_NAME``, ``SYSTEM_UPGRADE_PLAN_LATEST_VERSION``) and the
@@ -11,8 +11,11 @@ annotated ``failed``; the controller retries the Job), 2 no usable plan for this
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
+from pathlib import Path
 
 import click
 
@@ -20,6 +23,9 @@ from gpuprov.cli.output import bad_input
 from gpuprov.controller.image import DEFAULT_IMAGE
 from gpuprov.core.errors import InputError, Problem
 from gpuprov.host.contract import EXIT_DRIFT
+
+# The kubeconfig of the Job's service account, in the container (never on the host).
+JOB_KUBECONFIG = Path("/tmp/gpuprov-fleet.kubeconfig")
 
 
 @click.group()
@@ -56,8 +62,14 @@ def apply(config_map: str, host_root: str) -> None:
     except ApiError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_DRIFT)
+    # The deploy's own drain runs kubectl as the Job's account; an image without kubectl
+    # drains nothing and says so at a disruptive change (docs/fleet.md, "Drain").
+    kubeconfig = None
+    if shutil.which("kubectl"):
+        kubeconfig = str(JOB_KUBECONFIG)
+        JOB_KUBECONFIG.write_text(json.dumps(api.kubeconfig()))
     try:
-        plan = fleet_node.host_plan(data, node, f"configmap {config_map}")
+        plan = fleet_node.host_plan(data, node, f"configmap {config_map}", kubeconfig)
         fleet_node.install_files(data, binary, f"configmap {config_map}")
     except InputError:
         # The node is told too: verify and `kubectl get nodes` show which one has no plan.
@@ -83,10 +95,15 @@ def apply(config_map: str, host_root: str) -> None:
 )
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The image tar.")
 @click.option("--name", default=DEFAULT_IMAGE, show_default=True, help="The image's name.")
+@click.option(
+    "--kubectl",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A kubectl binary for the image (its Jobs drain through it; without, they drain nothing).",
+)
 @bad_input
-def image(base: str, out: str, name: str) -> None:
+def image(base: str, out: str, name: str, kubectl: str | None) -> None:
     """Build the fleet image: BASE plus gpuprov installed from this checkout, as an OCI tar."""
     from gpuprov.controller import image as image_
 
-    built = image_.build(base, out, name)
+    built = image_.build(base, out, name, kubectl=kubectl)
     click.echo(f"wrote {out}: {name} ({built.manifest_digest})")

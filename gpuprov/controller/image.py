@@ -9,7 +9,8 @@ Two layers, uncompressed:
    tar of the files, https://github.com/opencontainers/image-spec/blob/v1.1.0/layer.md);
 2. gpuprov: this checkout installed with pip (``pip install --target``) into
    ``/opt/gpuprov/site``, and ``/usr/local/bin/gpuprov``, a shell launcher running
-   ``python3 -m gpuprov`` with that directory on its path. pip runs with this interpreter and
+   ``python3 -m gpuprov`` with that directory on its path; with ``kubectl`` given, that binary
+   at ``/usr/local/bin/kubectl`` (the deploy drains through it, as the Job's account). pip runs with this interpreter and
    picks wheels for it (pyinfra's gevent is compiled), so the base's python must be the same
    ``major.minor``: checked, and refused otherwise.
 
@@ -46,6 +47,7 @@ from gpuprov.core.errors import InputError, Problem
 DEFAULT_IMAGE = f"gpuprov.invalid/gpuprov-fleet:{__version__}"
 SITE = "opt/gpuprov/site"
 LAUNCHER = "usr/local/bin/gpuprov"
+KUBECTL = "usr/local/bin/kubectl"  # on the Job's PATH (ENV)
 LAUNCHER_TEXT = f'#!/bin/sh\nPYTHONPATH=/{SITE} exec /usr/bin/python3 -m gpuprov "$@"\n'
 ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -71,8 +73,11 @@ def python_of(names: list[str]) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def build(base: str, out: str, name: str, checkout: Path = CHECKOUT) -> Built:
-    """Write the image ``name`` (``base`` plus gpuprov from ``checkout``) to ``out``."""
+def build(
+    base: str, out: str, name: str, checkout: Path = CHECKOUT, kubectl: str | None = None
+) -> Built:
+    """Write the image ``name`` (``base`` plus gpuprov from ``checkout``, and the ``kubectl``
+    binary at ``/usr/local/bin/kubectl`` when given: the deploy's drain in the Job) to ``out``."""
     with tarfile.open(base) as tar:
         names = tar.getnames()
     want = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -94,7 +99,7 @@ def build(base: str, out: str, name: str, checkout: Path = CHECKOUT) -> Built:
              str(checkout)],
             check=True,
         )  # fmt: skip
-        layer = _gpuprov_layer(site)
+        layer = _gpuprov_layer(site, Path(kubectl) if kubectl else None)
     return write(out, name, [Path(base), layer])
 
 
@@ -153,8 +158,9 @@ def write(out: str, name: str, layers: list[Path | bytes]) -> Built:
     return Built(path, _descriptor(MANIFEST, manifest)["digest"])
 
 
-def _gpuprov_layer(site: Path) -> bytes:
-    """The tar of gpuprov's files: ``site`` at ``/opt/gpuprov/site`` and the launcher."""
+def _gpuprov_layer(site: Path, kubectl: Path | None = None) -> bytes:
+    """The tar of gpuprov's files: ``site`` at ``/opt/gpuprov/site``, the launcher, and
+    ``kubectl`` at ``/usr/local/bin/kubectl`` when given."""
     files: dict[str, tuple[bytes, int] | None] = {}
     for parent in (*Path(SITE).parents, Path(SITE), *Path(LAUNCHER).parents):
         if str(parent) != ".":
@@ -167,6 +173,8 @@ def _gpuprov_layer(site: Path) -> bytes:
             None if path.is_dir() else (path.read_bytes(), path.stat().st_mode & 0o755 | 0o644)
         )
     files[LAUNCHER] = (LAUNCHER_TEXT.encode(), 0o755)
+    if kubectl is not None:
+        files[KUBECTL] = (kubectl.read_bytes(), 0o755)
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(files):

@@ -7,7 +7,8 @@ The base is ``mmdebstrap --variant=minbase --include=python3 bookworm`` as a tar
 machine's Debian mirror (``gpuprov_lab.base.mirror``): Debian bookworm's python3 is 3.11, the
 interpreter the lab runs, so the wheels the builder's pip picks fit it. Both are cached under
 ``/var/tmp``: the base by its mmdebstrap arguments, the image by a hash of gpuprov's sources
-and ``pyproject.toml`` (a changed checkout builds a new image; an unchanged one is reused).
+and ``pyproject.toml`` and the kubectl it carries (a changed checkout builds a new image; an
+unchanged one is reused).
 
 >>> IMAGE
 'gpuprov.invalid/gpuprov-fleet:lab'
@@ -56,9 +57,12 @@ def base_tar() -> Path:
     return path
 
 
-def ensure() -> Path:
-    """The fleet image archive of this checkout, built first if missing."""
+def ensure(kubectl: Path) -> Path:
+    """The fleet image archive of this checkout with ``kubectl`` (the lab's build, for the
+    deploy's drain in the Job), built first if missing."""
     digest = hashlib.sha256()
+    stat = kubectl.stat()
+    digest.update(f"{kubectl} {stat.st_size} {stat.st_mtime_ns}".encode())
     sources = [image.CHECKOUT / "pyproject.toml", *sorted((image.CHECKOUT / "gpuprov").rglob("*"))]
     for path in sources:
         if path.is_file() and "__pycache__" not in path.parts:
@@ -71,7 +75,7 @@ def ensure() -> Path:
     with _locked(path):
         if not path.exists():
             print(f"building the fleet image {path} (pip install of gpuprov)", file=sys.stderr)
-            image.build(str(root), str(path), IMAGE)
+            image.build(str(root), str(path), IMAGE, kubectl=str(kubectl))
             prune_cache("gpuprov-fleet-image-", path)
     return path
 

@@ -25,19 +25,23 @@ from pathlib import Path
 
 import pytest
 from gpuprov_lab import fleet_image, images, kubebuild, upgrade_controller
+from gpuprov_lab.images import CANARY
 
 from gpuprov.core.cluster import fleet
+from gpuprov.core.disruption import device_gpus, gpu_of
 from gpuprov.host.contract import (
     FLEET_APPLIED,
     FLEET_FAILED,
     FLEET_NAMESPACE,
     FLEET_PLAN_ANNOTATION,
     FLEET_RESULT_ANNOTATION,
+    POD_RESOURCES_SOCKET,
 )
 
 pytestmark = pytest.mark.lab
 
-SHARED = "lab-a100-01"
+SHARED, MIG = "lab-a100-01", "lab-h100-01"
+DRAIN_NAMESPACE = "gpuprov-lab-fleet-drain"
 AGENT = "/usr/lib/gpuprov/agent.pyz"
 PLAN_LABEL = "plan.upgrade.cattle.io/"
 CONCURRENCY = 1  # fleet_concurrency's default, which the lab's inventory keeps
@@ -59,7 +63,7 @@ def cluster(lab, deployed, tmp_path_factory):
         kubectl = images.kubectl_archive(
             Path(state["base"]), Path(lab.kube["kubectl"]), kubebuild.KUBERNETES_VERSION
         )
-        fleet_archive = fleet_image.ensure()
+        fleet_archive = fleet_image.ensure(Path(lab.kube["kubectl"]))
         took = images.import_archives(lab.run_dir, lab.names, [kubectl.path, fleet_archive])
         print("images imported: " + ", ".join(f"{h} {s:.1f} s" for h, s in took.items()))
         handle = upgrade_controller.start(
@@ -75,8 +79,8 @@ def cluster(lab, deployed, tmp_path_factory):
 
 
 def restore(lab) -> None:
-    """No Plan, Job or fleet mark left; every node schedulable; the shared host (the only one
-    whose plan the module changes) at the lab's plan again."""
+    """No Plan, Job or fleet mark left; every node schedulable; the drain test's pods gone; the
+    shared and MIG hosts (the ones whose plans the module changes) at the lab's plan again."""
     lab.kubectl("delete", "namespace", FLEET_NAMESPACE, "--ignore-not-found", "--timeout=120s",
                 timeout=150)  # fmt: skip
     for node in lab.names:
@@ -84,7 +88,9 @@ def restore(lab) -> None:
         lab.kubectl("annotate", "node", node, f"{FLEET_PLAN_ANNOTATION}-",
                     f"{FLEET_RESULT_ANNOTATION}-")  # fmt: skip
         lab.kubectl("uncordon", node)
-    lab.deploy(None, "--limit", SHARED)
+    lab.kubectl("delete", "namespace", DRAIN_NAMESPACE, "--ignore-not-found", "--timeout=120s",
+                timeout=150)  # fmt: skip
+    lab.deploy(None, "--limit", SHARED, "--limit", MIG)
     lab.wait_planned_allocatable(90, ready=True)
 
 
@@ -279,3 +285,92 @@ def test_a_host_broken_by_hand_fails_its_job_and_verify_names_it(cluster, tmp_pa
         assert verify.returncode != 0 and SHARED in verify.stdout + verify.stderr
     finally:
         cluster.run(SHARED, f"rm -rf {AGENT} && mv {AGENT}.saved {AGENT}")
+
+
+def mig_pod(name: str) -> dict:
+    """A pod bound to the MIG host by name, holding one 3g.40gb (the lab's layout has one per
+    GPU, so two such pods are on two GPUs)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": DRAIN_NAMESPACE},
+        "spec": {
+            "nodeName": MIG,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": CANARY,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                    "resources": {"limits": {"nvidia.com/mig-3g.40gb": 1}},
+                }
+            ],
+        },
+    }
+
+
+def drain_pods(lab) -> dict[str, tuple[str, int, str]]:
+    """Pod name -> (UID, restarts, phase) of the drain test's pods not being deleted."""
+    out = {}
+    for pod in get(lab, "-n", DRAIN_NAMESPACE, "pods")["items"]:
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        statuses = pod["status"].get("containerStatuses") or [{}]
+        restarts = sum(c.get("restartCount", 0) for c in statuses)
+        out[pod["metadata"]["name"]] = (pod["metadata"]["uid"], restarts, pod["status"]["phase"])
+    return out
+
+
+def held_gpus(lab) -> dict[str, int]:
+    """Pod name -> the GPU of the MIG device the kubelet gave it, as the host's probe reads the
+    kubelet's pod-resources API."""
+    document = json.loads(
+        lab.run(MIG, f"python3 {AGENT} probe --pod-resources {POD_RESOURCES_SOCKET}").stdout
+    )
+    by_uuid = device_gpus(document)
+    return {
+        row["pod"]: gpu_of(row["device_ids"][0], by_uuid)
+        for row in document["pod_resources"]["containers"]
+        if row["namespace"] == DRAIN_NAMESPACE
+    }
+
+
+def test_a_mig_relayout_in_the_job_evicts_only_the_pod_on_that_gpu(cluster, tmp_path):
+    """The Job drains as the SSH deploy does (the GPU-scoped drain, kubectl in the fleet image
+    with the Job's account): the pod on the re-laid GPU is evicted, the other keeps running."""
+    made = cluster.kubectl("create", "namespace", DRAIN_NAMESPACE)
+    assert made.returncode == 0, made.stderr
+    deadline = time.monotonic() + 60
+    while cluster.kubectl("-n", DRAIN_NAMESPACE, "get", "serviceaccount/default").returncode:
+        assert time.monotonic() < deadline, "no default service account in the namespace"
+        time.sleep(1)
+    for name in ("on-a", "on-b"):
+        created = cluster.kubectl("create", "-f", "-", input_text=json.dumps(mig_pod(name)))
+        assert created.returncode == 0, created.stderr
+    deadline = time.monotonic() + 180
+    while sorted(p[2] for p in drain_pods(cluster).values()) != ["Running", "Running"]:
+        assert time.monotonic() < deadline, cluster.pods_not_running(DRAIN_NAMESPACE)
+        time.sleep(2)
+    gpus = held_gpus(cluster)
+    assert len(set(gpus.values())) == 2, gpus
+    before = drain_pods(cluster)
+    relaid = gpus["on-a"]
+    inventory = cluster.inventory_copy(
+        tmp_path,
+        f"\nmig = (mig[0], {{**mig[1], 'mig_layout_by_gpu': {{{relaid}: {{'7g.80gb': 1}}}}}})\n",
+    )
+    jobs = job_names(cluster)
+    apply(cluster, inventory)
+    seen, _, _ = run_plans(cluster, jobs)
+    mig_plan = fleet.plan_name(cluster.host(MIG).group)
+    (job,) = [name for name, (plan, _) in seen.items() if plan == mig_plan]
+    log = pod_log(cluster, get(cluster, "-n", FLEET_NAMESPACE, "job", job))
+    assert f"evicted pod {DRAIN_NAMESPACE}/on-a (GPU {relaid})" in log, log
+    after = drain_pods(cluster)
+    assert "on-a" not in after, after  # a bare pod, evicted: gone
+    assert after["on-b"] == before["on-b"]  # the same pod, never restarted
+    gpu = cluster.probe(MIG)["gpus"][relaid]
+    assert [gi["profile"] for gi in gpu["gpu_instances"]] == ["7g.80gb"], gpu
+    labels, annotations, cordoned = node_marks(cluster, MIG)
+    assert annotations[FLEET_RESULT_ANNOTATION] == FLEET_APPLIED and not cordoned

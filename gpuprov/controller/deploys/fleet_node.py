@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from pathlib import Path
 
 from gpuprov.core.cluster.fleet import FILES_KEY
@@ -43,10 +44,14 @@ def result_annotations(version: str, ok: bool) -> dict[str, str]:
     }
 
 
-def host_plan(data: dict[str, str], node: str, where: str) -> HostPlan:
+def host_plan(
+    data: dict[str, str], node: str, where: str, kubeconfig: str | None = None
+) -> HostPlan:
     """The plan of ``node`` from its pool's ConfigMap ``data``; InputError when it is missing
-    or wrong. The Job drains nothing with a kubeconfig of the controller's (it is not in the
-    pod): ``kubeconfig`` is dropped, the controller cordoned the node."""
+    or wrong. The document's ``kubeconfig`` is the controller's file, not in the pod: it is
+    replaced by ``kubeconfig``, the Job's own (its service account, ``fleet apply`` writes it
+    when the image has kubectl), with which the deploy drains as over SSH; None: no drain (a
+    disruptive change warns), the controller cordoned the node."""
     key = f"{node}.json"
     if key not in data:
         raise InputError([Problem(where, f"no plan document for node {node}", key=key)])
@@ -55,7 +60,7 @@ def host_plan(data: dict[str, str], node: str, where: str) -> HostPlan:
     except ValueError as e:
         raise InputError([Problem(where, f"not JSON: {e}", key=key)]) from None
     (plan,) = read(document, f"{where} {key}").hosts
-    return dataclasses.replace(plan, node=dataclasses.replace(plan.node, kubeconfig=None))
+    return dataclasses.replace(plan, node=dataclasses.replace(plan.node, kubeconfig=kubeconfig))
 
 
 def install_files(data: dict[str, str], binary: dict[str, bytes], where: str) -> list[str]:
@@ -81,9 +86,13 @@ def deploy(plan: HostPlan, host_root: str) -> bool:
     from pyinfra.api.deploy import add_deploy
     from pyinfra.api.exceptions import PyinfraError
     from pyinfra.api.operations import run_ops
+    from pyinfra_cli.log import setup_logging
 
     from gpuprov.controller.deploys.gpu_node import gpu_node
 
+    # The Job's log is the deploy's, as the pyinfra CLI prints it over SSH: each step, and the
+    # drain's evictions (info), not only warnings.
+    setup_logging(logging.INFO)
     name = f"@chroot/{host_root.strip('/')}"
     state = State(inventory=Inventory(([name], {})), config=Config())
     try:

@@ -1,7 +1,8 @@
 """The Kubernetes API as a pod sees it: its service account's token and CA, the API server at
 ``KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT`` (what every pod is given; kubernetes.io
 docs "Accessing the Kubernetes API from a Pod"). Standard library only, two calls: the Job of
-``kube render --fleet`` reads its pool's ConfigMap and writes its result on its Node.
+``kube render --fleet`` reads its pool's ConfigMap and writes its result on its Node; and, for
+the deploy's own drain (kubectl, when the image has it), a kubeconfig of the same account.
 
 >>> ApiClient("https://10.0.0.1:443", "t", None).url("/api/v1/nodes/n1")
 'https://10.0.0.1:443/api/v1/nodes/n1'
@@ -47,6 +48,28 @@ class ApiClient:
             (ACCOUNT / "token").read_text().strip(),
             str(ACCOUNT / "ca.crt"),
         )
+
+    def kubeconfig(self, token_file: Path = ACCOUNT / "token") -> dict[str, Any]:
+        """A kubeconfig (``kind: Config``; JSON is YAML) for kubectl as this pod's account: the
+        token by ``tokenFile`` (client-go re-reads it, so a rotated token is followed) and the
+        service account's CA.
+
+        >>> ApiClient("https://10.0.0.1:443", "t", None).kubeconfig()["users"][0]["user"]
+        {'tokenFile': '/var/run/secrets/kubernetes.io/serviceaccount/token'}
+        """
+        cluster = {"server": self.server}
+        if self.ca_file:
+            cluster["certificate-authority"] = self.ca_file
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "in-cluster", "cluster": cluster}],
+            "users": [{"name": "pod", "user": {"tokenFile": str(token_file)}}],
+            "contexts": [
+                {"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "pod"}}
+            ],
+            "current-context": "in-cluster",
+        }
 
     def url(self, path: str) -> str:
         return self.server.rstrip("/") + path

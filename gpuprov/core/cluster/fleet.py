@@ -299,6 +299,10 @@ def _rbac(namespace: str, config_maps: list[str]) -> list[dict[str, Any]]:
         # gpuprov's own drain around a disruptive change: list the node's pods, evict them
         rule([""], ["pods"], ["get", "list"]),
         rule([""], ["pods/eviction"], ["create"]),
+        # the budgets that refused an eviction (named in the failure), and `kubectl drain`'s
+        # check of a DaemonSet pod's owner (drain_scope: node)
+        rule(["policy"], ["poddisruptionbudgets"], ["get", "list"]),
+        rule(["apps"], ["daemonsets"], ["get"]),
     ]
     job_namespaced = [rule([""], ["configmaps"], ["get"], config_maps)]
     out: list[dict[str, Any]] = []
