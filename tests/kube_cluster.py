@@ -53,8 +53,15 @@ def node(plane: ControlPlane, name: str, allocatable: dict[str, str] | None = No
         assert result.returncode == 0, result.stderr
 
 
-def bound_pod(plane: ControlPlane, name: str, node_name: str, phase: str | None = None) -> None:
-    """A pod bound to ``node_name`` and owned by a ReplicaSet, as a workload's pods are.
+def bound_pod(
+    plane: ControlPlane,
+    name: str,
+    node_name: str,
+    phase: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> None:
+    """A pod bound to ``node_name`` and owned by a ReplicaSet, as a workload's pods are, with
+    ``labels`` besides its ``app``.
 
     The namespace's ``default`` service account is made here: kube-controller-manager, which
     makes it in a cluster, does not run in the lab.
@@ -90,7 +97,7 @@ def bound_pod(plane: ControlPlane, name: str, node_name: str, phase: str | None 
         "metadata": {
             "name": name,
             "namespace": "default",
-            "labels": {"app": name},
+            "labels": {"app": name, **(labels or {})},
             "ownerReferences": [
                 {
                     "apiVersion": "apps/v1",

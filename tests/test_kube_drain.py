@@ -68,7 +68,7 @@ def test_drain_cordons_then_evicts_with_the_timeout(kubectl, monkeypatch):
         "--kubeconfig /k/config get node gpu-1 -o name",
         "--kubeconfig /k/config cordon gpu-1",
         "--kubeconfig /k/config drain gpu-1 --ignore-daemonsets --delete-emptydir-data "
-        "--timeout=120s",
+        "--pod-selector=!upgrade.cattle.io/controller --timeout=120s",
     ]
 
 

@@ -16,6 +16,7 @@ from kube_cluster import bound_pod, control_plane, node
 from test_kube_drain import run
 
 from gpuprov.controller.operations.kube import drained, uncordoned
+from gpuprov.host.contract import SUC_CONTROLLER_LABEL
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,16 @@ def test_drain_cordons_the_node_and_removes_its_pods(plane):
     assert ok
     assert _node(plane, "gpu-drain-1")["spec"].get("unschedulable") is True
     assert _pods_on(plane, "gpu-drain-1") == []
+
+
+def test_a_drain_leaves_the_pod_of_a_system_upgrade_controller_job_alone(plane):
+    # The fleet Job that runs the deploy is such a pod: a drain from inside it must not evict it.
+    node(plane, "gpu-drain-5")
+    bound_pod(plane, "done-5", "gpu-drain-5", phase="Succeeded")
+    bound_pod(plane, "suc-job-5", "gpu-drain-5", labels={SUC_CONTROLLER_LABEL: "suc"})
+    ok, _ = run(drained, node="gpu-drain-5", kubeconfig=str(plane.admin_kubeconfig), timeout=20)
+    assert ok
+    assert _pods_on(plane, "gpu-drain-5") == ["pod/suc-job-5"]
 
 
 def test_a_drain_that_times_out_leaves_the_node_cordoned_and_fails_the_host(plane):

@@ -23,14 +23,19 @@ server.shell(name="after it", commands=["true"])
 """
 
 
-def test_a_step_past_its_limit_fails_its_host_naming_step_limit_and_command(tmp_path, monkeypatch):
-    deploy = tmp_path / "hung.py"
-    deploy.write_text(DEPLOY)
+def run(tmp_path, monkeypatch, text: str) -> str:
+    """pyinfra's CLI on @local with the deploy ``text``, which fails: its output."""
+    deploy = tmp_path / "deploy.py"
+    deploy.write_text(text)
     argv = ["-y", "@local", str(deploy)]
     monkeypatch.setattr(sys, "argv", ["pyinfra", *argv])
     result = CliRunner().invoke(cli, argv, catch_exceptions=False)
-    assert result.exit_code == 1
-    out = result.output
+    assert result.exit_code == 1, result.output
+    return result.output
+
+
+def test_a_step_past_its_limit_fails_its_host_naming_step_limit_and_command(tmp_path, monkeypatch):
+    out = run(tmp_path, monkeypatch, DEPLOY)
     assert "[@local] Command timed out after 1s" in out
     assert "gpuprov: step `hung step` ran out of time after 1 s (limit 1 s)" in out
     # pyinfra's CLI adds a log handler per run, so earlier in-process runs repeat each line.
@@ -55,12 +60,7 @@ server.shell(
 
 
 def test_a_failed_step_names_the_first_line_its_command_wrote_to_stderr(tmp_path, monkeypatch):
-    deploy = tmp_path / "failing.py"
-    deploy.write_text(FAILING)
-    argv = ["-y", "@local", str(deploy)]
-    monkeypatch.setattr(sys, "argv", ["pyinfra", *argv])
-    result = CliRunner().invoke(cli, argv, catch_exceptions=False)
-    assert result.exit_code == 1
-    [row] = {line for line in result.output.splitlines() if line.startswith("    @local")}
+    out = run(tmp_path, monkeypatch, FAILING)
+    [row] = {line for line in out.splitlines() if line.startswith("    @local")}
     assert "(limit 30 s)  broken restart  FAILED: `" in row
     assert row.endswith("exit 1`: Job for x.service failed.")

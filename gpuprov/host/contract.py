@@ -208,6 +208,10 @@ FLEET_NAMESPACE = "system-upgrade"
 FLEET_PLAN_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/fleet-plan"
 FLEET_RESULT_ANNOTATION = f"{KUBE_LABEL_DOMAIN}/fleet-result"
 FLEET_APPLIED, FLEET_FAILED = "applied", "failed"
+# The label every pod of a system-upgrade-controller Job carries (pkg/upgrade/job/job.go:167-180
+# at v0.20.1); SUC's own drain leaves such pods alone (--pod-selector '!<label>'), and so does
+# gpuprov's: a drain from inside a fleet Job must not evict the Job running it.
+SUC_CONTROLLER_LABEL = "upgrade.cattle.io/controller"
 # `gpuprov verify --canary`: its pods' namespace and labels (docs/kubernetes.md "Canary pods").
 CANARY_NAMESPACE = "gpuprov-canary"
 CANARY_LABEL = f"{KUBE_LABEL_DOMAIN}/canary"  # value: the run's id, so a run removes its own

@@ -79,6 +79,22 @@ LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar"
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 
 
+def sleeper(limits: dict[str, int] | None = None) -> dict:
+    """A test pod's one container: the canary image, never pulled, sleeping an hour, with
+    ``limits`` (device name -> count).
+
+    >>> sleeper({"nvidia.com/gpu.shared": 1})["resources"]
+    {'limits': {'nvidia.com/gpu.shared': '1'}}
+    """
+    return {
+        "name": "c",
+        "image": CANARY,
+        "imagePullPolicy": "Never",
+        "command": ["sleep", "3600"],
+        **({"resources": {"limits": {k: str(v) for k, v in limits.items()}}} if limits else {}),
+    }
+
+
 def sandbox_image() -> str:
     """The pause image the lab base's containerd names (``sandbox_image``): the pause image is
     built under this name so that containerd has it and pulls nothing."""

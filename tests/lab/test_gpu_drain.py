@@ -24,7 +24,7 @@ import json
 import time
 
 import pytest
-from gpuprov_lab.images import CANARY
+from gpuprov_lab.images import sleeper
 
 from gpuprov.host.contract import AGENT_PATH, POD_RESOURCES_SOCKET
 
@@ -208,15 +208,7 @@ def _pod(name: str, node: str, limits: dict) -> dict:
         "spec": {
             "nodeName": node,
             "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "c",
-                    "image": CANARY,
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "3600"],
-                    "resources": {"limits": limits},
-                }
-            ],
+            "containers": [sleeper(limits)],
         },
     }
 

@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from gpuprov_lab.images import CANARY
+from gpuprov_lab.images import sleeper
 
 pytestmark = pytest.mark.lab
 
@@ -290,14 +290,7 @@ def _bound_pod(lab, name: str, node: str, finalizers: list[str] = ()) -> None:
     tolerates no pool taint, so the scheduler leaves it Pending, off the drained node."""
     spec = {
         "terminationGracePeriodSeconds": 1,
-        "containers": [
-            {
-                "name": "c",
-                "image": CANARY,
-                "imagePullPolicy": "Never",
-                "command": ["sleep", "3600"],
-            }
-        ],
+        "containers": [sleeper()],
     }
     _apply(
         lab,

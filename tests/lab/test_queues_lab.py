@@ -17,7 +17,7 @@ import time
 
 import pytest
 from gpuprov_lab import procs
-from gpuprov_lab.images import CANARY
+from gpuprov_lab.images import sleeper
 
 pytestmark = pytest.mark.lab
 
@@ -76,16 +76,6 @@ def wait(predicate, timeout: float, last=lambda: None):
         time.sleep(1)
 
 
-def container(limits: dict[str, int]) -> dict:
-    return {
-        "name": "c",
-        "image": CANARY,
-        "imagePullPolicy": "Never",
-        "command": ["sleep", "3600"],
-        "resources": {"limits": {k: str(v) for k, v in limits.items()}},
-    }
-
-
 def running_pods(lab, namespace: str, selector: str) -> dict[str, str]:
     """Pod name -> node of the Running pods matching ``selector``."""
     pods = get(lab, "pods", "-n", namespace, "-l", selector)["items"]
@@ -128,7 +118,7 @@ def kueue_job(name: str, team: str, parallelism: int, shares: int) -> dict:
                 "spec": {
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 1,
-                    "containers": [container({"nvidia.com/gpu.shared": shares})],
+                    "containers": [sleeper({"nvidia.com/gpu.shared": shares})],
                 },
             },
         },
@@ -357,7 +347,7 @@ def volcano_job(name: str, queue: str, mig_1g: int) -> dict:
     out: Volcano's job controller sums the template's ``requests`` into the PodGroup's
     ``minResources`` (what the queue's capability is checked against at enqueue), and only a
     Pod, not a Job's template, has them defaulted from its limits."""
-    worker = container({"nvidia.com/mig-1g.10gb": mig_1g})
+    worker = sleeper({"nvidia.com/mig-1g.10gb": mig_1g})
     worker["resources"]["requests"] = worker["resources"]["limits"]
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",

@@ -23,7 +23,7 @@ from gpuprov.controller.facts.probe import VerifyProbe
 from gpuprov.core.checks import probe_document
 from gpuprov.core.cluster.budgets import holding
 from gpuprov.core.disruption import Holder, device_gpus, holders
-from gpuprov.host.contract import AGENT_PATH, POD_RESOURCES_SOCKET
+from gpuprov.host.contract import AGENT_PATH, POD_RESOURCES_SOCKET, SUC_CONTROLLER_LABEL
 
 # How often the drain of touched GPUs evicts again (a refusal is answered 429) and reads the
 # kubelet's pod-resources on the host: each round is one probe on the host.
@@ -83,6 +83,7 @@ def _drain(state, host, kubeconfig: str, node: str, timeout: int) -> bool:
         node,
         "--ignore-daemonsets",
         "--delete-emptydir-data",
+        f"--pod-selector=!{SUC_CONTROLLER_LABEL}",
         f"--timeout={timeout}s",
     )
 
@@ -222,7 +223,8 @@ def _uncordon(state, host, kubeconfig: str, node: str) -> bool:
 @operation(is_idempotent=False)
 def drained(node: str, kubeconfig: str, timeout: int = 300):
     """
-    Cordon the node and evict its pods (DaemonSets stay) before a disruptive change.
+    Cordon the node and evict its pods (DaemonSets stay, and system-upgrade-controller's Job
+    pods: the fleet Job that may be running this deploy) before a disruptive change.
 
     + node: Kubernetes node name
     + kubeconfig: local kubeconfig of the cluster
