@@ -19,9 +19,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from gpuprov_lab.sim import state as sim_state
 from gpuprov_lab.sim.contract import SIM_ENV, SIM_TRACE_ENV
-from gpuprov_lab.sim.libnvml import preload
+from gpuprov_lab.sim.libnvml import admin, preload
 
 from gpuprov.core.catalog import find_model
 from gpuprov.core.mig.solver import solve
@@ -45,10 +44,8 @@ def measure() -> dict[str, dict[str, int]]:
     preload.preload()  # pynvml's own CDLL("libnvidia-ml.so.1") is the simulated library
     with tempfile.TemporaryDirectory() as tmp:
         state_path = Path(tmp) / "gpus.json"
-        host = sim_state.new_state(MODEL, COUNT, seed="bench")
-        for gpu in host["gpus"]:  # MIG mode on, as after the deploy's first apply and a boot
-            gpu["mig_current"] = gpu["mig_pending"] = True
-        sim_state.write_new(str(state_path), host)
+        # MIG mode on, as after the deploy's first apply and a boot
+        admin.create(str(state_path), MODEL, COUNT, seed="bench", mig=range(COUNT))
         instances = [i.as_dict() for i in solve(find_model(MODEL), LAYOUT).instances]
         layout = Path(tmp) / "mig-layout.json"
         layout.write_text(

@@ -28,9 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuprov_lab.sim import state as sim_state
 from gpuprov_lab.sim.contract import SIM_ENV, SIM_TRACE_ENV
-from gpuprov_lab.sim.libnvml import preload
+from gpuprov_lab.sim.libnvml import admin, preload
 
 from gpuprov.controller.bundle import write_bundle
 from gpuprov.host.agent.probe import probe
@@ -50,7 +49,7 @@ def child_cpu(argv: list[str], env: dict[str, str]) -> float:
 
 def agent_runs(tmp: Path, repeat: int) -> dict[str, float]:
     state = tmp / "gpus.json"
-    sim_state.write_new(str(state), sim_state.new_state(MODEL, COUNT, seed="bench"))
+    admin.create(str(state), MODEL, COUNT, seed="bench")
     agent = tmp / "agent.pyz"
     write_bundle(str(agent))
     env = preload.environment(base={**os.environ, SIM_ENV: str(state)})
@@ -93,7 +92,7 @@ def worst_case_log(tmp: Path) -> str:
 def nvml_calls(tmp: Path) -> dict[str, int]:
     """NVML calls of one in-process probe without and with health (simulated library counts)."""
     state = tmp / "calls.json"
-    sim_state.write_new(str(state), sim_state.new_state(MODEL, COUNT, seed="bench"))
+    admin.create(str(state), MODEL, COUNT, seed="bench")
     os.environ[SIM_ENV] = str(state)
     trace = tmp / "nvml.trace"
     os.environ[SIM_TRACE_ENV] = str(trace)

@@ -3,7 +3,7 @@
     pyinfra -y INVENTORY deploys/gpu_node.py          # --dry --diff shows every change first
 
 The plan is built once for the whole inventory (an impossible plan exits 2 before any host is
-touched); each host in a mode group (shared, mig, whole_card) then gets its HostPlan applied.
+touched); each host in a mode group (shared, mig, whole_card, vgpu) then gets its HostPlan applied.
 Hosts in no mode group are left alone. Every remote step runs under a time limit (the host's
 ``gpuprov_timeout_step`` unless the step has a limit of its own) and the SSH connection under
 keepalives, so a stuck step or a vanished host fails that host, named, and the rest go on.

@@ -122,12 +122,19 @@ def new_host(
     seed: str = "test-host",
 ) -> str:
     """A state file for ``count`` GPUs of ``model``; GPUs in ``mig`` booted with MIG on."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = str(tmp_path / "gpus.json")
+    create(path, model, count, seed, mig)
+    return path
+
+
+def create(path: str, model: str, count: int, seed: str, mig: Iterable[int] = ()) -> None:
+    """The library's freshly booted host in state file ``path`` (``gpuprovSimCreate``): its
+    UUIDs and bus ids depend only on ``seed`` and the index."""
     mask = sum(1 << index for index in mig)
     lib = library()
     if lib.gpuprovSimCreate(path.encode(), model.encode(), count, seed.encode(), None, mask):
         raise SimError(lib.gpuprovSimLastError().decode())
-    return path
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import simulated
 from gpuprov_lab.sim import state as sim_state
 from simulated import Hardware, programs, traced
 
@@ -140,7 +141,7 @@ def _script(path: Path, text: str) -> None:
 @pytest.fixture
 def host(tmp_path, monkeypatch, capsys) -> Host:
     state_path = tmp_path / "gpus.json"
-    sim_state.write_new(str(state_path), sim_state.new_state("A100-80GB", 2, seed="test-host"))
+    simulated.create(str(state_path), "A100-80GB", 2, seed="test-host")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _script(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 
 import pytest
@@ -106,6 +107,28 @@ def test_an_interrupt_while_waiting_still_deletes_the_pods(plane, cluster):
             assert len(pods(plane)) == 4
             raise KeyboardInterrupt  # Ctrl-C (SIGTERM is turned into the same)
     assert pods(plane) == []
+
+
+class _SigtermAfterCreate(Kubectl):
+    """The real kubectl; SIGTERM lands on this process right after the pods were stored, while
+    the run is still being entered (as a ``kill`` during a slow API server would)."""
+
+    def create(self, manifests: str) -> str:
+        created = super().create(manifests)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return created
+
+
+def test_sigterm_while_the_pods_are_created_still_deletes_them(plane, cluster):
+    plane.kubectl("create", "namespace", CANARY_NAMESPACE)
+    default_account(plane)
+    before = signal.getsignal(signal.SIGTERM)
+    client = _SigtermAfterCreate(str(plane.admin_kubeconfig))
+    with pytest.raises(KeyboardInterrupt):
+        with CanaryRun(str(plane.admin_kubeconfig), cluster, client=client):
+            raise AssertionError("the run was entered although SIGTERM came during its set-up")
+    assert pods(plane) == []
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_pods_of_another_run_are_left_alone(plane, cluster):

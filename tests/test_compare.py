@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+import simulated
 from gpuprov_lab.sim import state as sim_state
 from gpuprov_lab.sim.contract import SIM_ENV
 from plans import plan_for
@@ -670,7 +671,7 @@ def generated(tmp_path, mode: str, **data):
     (root / "containerd" / "conf.d" / "99-nvidia.toml").write_text(NVIDIA_DROP_IN)
     kubelet_directory(root / "device-plugins", plan)
     state = tmp_path / "gpus.json"
-    sim_state.write_new(str(state), sim_state.new_state("A100-80GB", 2, seed="compare"))
+    simulated.create(str(state), "A100-80GB", 2, seed="compare")
     if mode == "mig":
         smi(state, "-i", "0,1", "-mig", "1")
         smi(state, "-r", "-i", "0,1")

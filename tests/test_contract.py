@@ -21,6 +21,16 @@ TEXTS = sorted(
         for p in (ROOT / top).rglob(pattern)
     }
 )
+# The lab's stand-ins for other vendors' files (the simulated NVIDIA packages' scripts and units,
+# a node's containerd config): they spell their own names as the real ones do
+# (nvidia-persistenced.service, /dev/nvidia*, /dev/kmsg), but gpuprov's own names only as handed
+# to them (``@MIG_UNIT@``, filled in by gpuprov_lab.packages).
+STAND_INS = sorted(
+    p
+    for folder in ("lab/gpuprov_lab/packages", "lab/gpuprov_lab/node")
+    for p in (ROOT / folder).rglob("*")
+    if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts
+)
 CODE = [
     p
     for top in ("gpuprov", "lab", "deploys", "bench")
@@ -139,4 +149,23 @@ def test_a_contract_literal_in_a_template_is_found(tmp_path):
 def test_host_paths_and_names_appear_in_no_template_or_shell_script():
     literals = contract_literals()
     found = [use for path in TEXTS for use in text_uses(path, literals)]
+    assert found == []
+
+
+def gpuprovs_own(literals: dict[str, str]) -> dict[str, str]:
+    """The contract literals that are gpuprov's own names (its units, paths, schemas, variables),
+    not another program's that gpuprov reads."""
+    return {v: n for v, n in literals.items() if "gpuprov" in v.lower()}
+
+
+def test_the_lab_stand_ins_are_searched_for_gpuprovs_own_names():
+    own = gpuprovs_own(contract_literals())
+    assert "gpuprov-mig.service" in own and "nvidia-persistenced.service" not in own
+    assert ROOT / "lab/gpuprov_lab/packages/driver/nvidia-sim-boot.service" in STAND_INS
+    assert ROOT / "lab/gpuprov_lab/packages/driver/postinst" in STAND_INS
+
+
+def test_gpuprovs_own_names_appear_in_no_lab_stand_in():
+    own = gpuprovs_own(contract_literals())
+    found = [use for path in STAND_INS for use in text_uses(path, own)]
     assert found == []

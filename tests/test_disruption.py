@@ -97,6 +97,16 @@ def test_a_mig_mode_change_touches_the_whole_gpu():
     assert [(t.index, set(t.devices)) for t in off] == [(5, {"GPU-5", "MIG-5-7g"})]
 
 
+def test_a_reset_outstanding_from_an_earlier_mode_change_touches_the_whole_gpu():
+    # MIG was set on GPU 7 earlier (pending) but the GPU was never reset: no mode to set now,
+    # the reset alone, and the reset takes the whole card from whoever holds it.
+    waiting = {"index": 7, "uuid": "GPU-7", "mig": {"current": False, "pending": True}}
+    actions = [diff({"mig_enabled": True, "instances": DEFAULT}, waiting)]
+    assert actions[0].mig_mode is None and actions[0].reset
+    result = touched({"gpus": [waiting]}, actions, driver_change=False)
+    assert [(t.index, t.reason, set(t.devices)) for t in result] == [(7, "GPU reset", {"GPU-7"})]
+
+
 def test_a_driver_change_touches_every_gpu_and_every_device():
     result = touched(PROBE, [], driver_change=True)
     assert [t.index for t in result] == [0, 5, 6]

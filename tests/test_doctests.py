@@ -1,8 +1,9 @@
-"""Every docstring example of the gpuprov package runs, as written, and gives what it shows.
+"""Every docstring example of the gpuprov package and of the lab (gpuprov_lab) runs, as written,
+and gives what it shows.
 
 Importing a module runs nothing against a host: the edges (facts, operations, deploys) only
-define pyinfra objects at import, so every module of the package is collected here; only
-``gpuprov/__main__.py``, which runs the CLI when imported, is left out.
+define pyinfra objects at import, so every module of both packages is collected here; only
+``__main__`` modules, which run a command when imported, are left out.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ import doctest
 import importlib
 import pkgutil
 
+import gpuprov_lab
 import pytest
 
 import gpuprov
 
 MODULES = sorted(
     m.name
-    for m in pkgutil.walk_packages(gpuprov.__path__, "gpuprov.")
+    for package in (gpuprov, gpuprov_lab)
+    for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}.")
     if not m.name.endswith(".__main__")
 )
 
@@ -43,7 +46,11 @@ def failures(tests: list[doctest.DocTest]) -> list[str]:
 
 
 def test_the_package_has_examples_in_every_layer():
-    layers = {name.split(".")[1] for name in MODULES if examples(importlib.import_module(name))}
+    layers = {
+        name.split(".")[1]
+        for name in MODULES
+        if name.startswith("gpuprov.") and examples(importlib.import_module(name))
+    }
     assert {"core", "host", "controller", "cli"} <= layers
 
 

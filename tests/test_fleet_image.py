@@ -7,10 +7,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import sys
 import tarfile
 
 import pytest
+from click.testing import CliRunner
 
+from gpuprov.cli import main
 from gpuprov.controller import image
 from gpuprov.core.errors import InputError
 
@@ -79,3 +82,25 @@ def test_a_base_without_the_same_python_is_refused(tmp_path):
     with pytest.raises(InputError, match="python3"):
         image.build(str(base), str(tmp_path / "out.tar"), "gpuprov.invalid/fleet:1")
     assert not (tmp_path / "out.tar").exists()
+
+
+def test_a_source_pip_cannot_install_is_one_error_naming_it_and_nothing_written(tmp_path):
+    base = tmp_path / "base.tar"
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    base.write_bytes(tar_of({"usr/bin/python3": b"py", f"usr/lib/python{python}/os.py": b""}))
+    out = tmp_path / "img.tar"
+    missing = str(tmp_path / "no-such-checkout")
+    result = CliRunner().invoke(
+        main,
+        ["fleet", "image", "--base", str(base), "--out", str(out), "--source", missing],
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{missing}: pip could not install it into the image" in result.output
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_the_default_source_is_the_checkout_gpuprov_runs_from():
+    # A checkout (pyproject.toml beside the package): pip installs it; an installed gpuprov has
+    # none around it, and the same version comes from the index (the doctest).
+    assert image.default_source() == str(image.CHECKOUT)
+    assert (image.CHECKOUT / "pyproject.toml").is_file()

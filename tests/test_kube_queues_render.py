@@ -1,6 +1,6 @@
 """`gpuprov kube render --queues kueue|volcano`: the teams' queue objects with the plan's numbers,
 and each of Kueue's limits and Volcano's queue rules refused before anything is written.
-(That the real Kueue and Volcano accept what is rendered: tests/test_lab_queues.py.)"""
+(That the real Kueue and Volcano accept what is rendered: tests/test_lab_queues_kueue.py and tests/test_lab_queues_volcano.py.)"""
 
 from __future__ import annotations
 

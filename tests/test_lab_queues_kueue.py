@@ -77,11 +77,20 @@ def test_the_lab_inventory_applies_keeping_others_fields_and_a_second_apply_chan
     result = apply(INVENTORIES[1], cluster.admin_kubeconfig, "kueue")
     assert result.exit_code == 0, result.output
     after = lab_consumers.get(cluster, kinds, "-A")["items"]
-    generations = [
-        {(o["kind"], o["metadata"]["name"]): o["metadata"]["generation"] for o in items}
+    # Kueue writes each queue's status, so resourceVersion moves; what gpuprov owns (the spec,
+    # counted by generation, and the metadata it sets) must not.
+    owned = [
+        {
+            (o["kind"], o["metadata"]["name"]): (
+                o["metadata"]["generation"],
+                o["metadata"].get("labels"),
+                o["metadata"].get("annotations"),
+            )
+            for o in items
+        }
         for items in (before, after)
     ]
-    assert generations[0] == generations[1]
+    assert owned[0] == owned[1]
     labels = lab_consumers.get(cluster, "clusterqueue", "team-a")["metadata"]["labels"]
     assert labels["example.com/owner"] == "ops"
     assert labels["app.kubernetes.io/managed-by"] == "gpuprov"

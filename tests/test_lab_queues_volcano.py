@@ -65,14 +65,24 @@ def test_the_lab_inventory_applies_and_a_second_apply_changes_nothing(cluster):
         plane, "configmap", "volcano-scheduler-configmap", "-n", "volcano-system"
     )
     assert "capacity" in conf["data"]["volcano-scheduler.conf"]
-    before = {
-        q["metadata"]["name"]: q["metadata"]["generation"]
-        for q in lab_consumers.get(plane, "queues")["items"]
-    }
+
+    def owned() -> dict:
+        # Volcano writes each queue's status (resourceVersion moves); the spec (generation),
+        # the metadata gpuprov sets and the scheduler's ConfigMap (nobody else writes it) stay.
+        queues = {
+            q["metadata"]["name"]: (
+                q["metadata"]["generation"],
+                q["metadata"].get("labels"),
+                q["metadata"].get("annotations"),
+            )
+            for q in lab_consumers.get(plane, "queues")["items"]
+        }
+        conf = lab_consumers.get(
+            plane, "configmap", "volcano-scheduler-configmap", "-n", "volcano-system"
+        )
+        return {"queues": queues, "configmap": conf["metadata"]["resourceVersion"]}
+
+    before = owned()
     result = apply(INVENTORIES[1], plane.admin_kubeconfig, "volcano")
     assert result.exit_code == 0, result.output
-    after = {
-        q["metadata"]["name"]: q["metadata"]["generation"]
-        for q in lab_consumers.get(plane, "queues")["items"]
-    }
-    assert before == after
+    assert owned() == before

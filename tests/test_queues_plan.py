@@ -265,3 +265,27 @@ def test_docs_name_every_team_key():
     section = text[text.index("## Queues") :]
     for key in TEAM_KEYS:
         assert f"`{key}`" in section, key
+
+
+def test_teams_a_scheduler_would_refuse_are_a_warning_when_the_other_can_take_them(tmp_path):
+    # Nine node labels: more than a Kueue ResourceFlavor takes, nothing Volcano counts.
+    labels = {f"example.com/l{i}": "x" for i in range(9)}
+    teams = "\nkube_queues = {'team-a': {'quota': {'shared': 0.5}}}\n"
+    _, result = plan_with(tmp_path, teams + f"kube_node_labels = {labels!r}\n")
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: kube render --queues kueue would refuse: " in result.output
+    ) and "9 nodeLabels, above Kueue's limit of 8" in result.output
+
+
+def test_teams_no_scheduler_can_take_are_refused_at_plan_time(tmp_path):
+    # Nested teams are Volcano's alone, and the proportion plugin cannot nest them.
+    _, result = plan_with(
+        tmp_path,
+        """
+        kube_queues_volcano_plugin = "proportion"
+        kube_queues = {"org": {"quota": {"shared": 0.5}},
+                       "a": {"quota": {"shared": 0.25}, "parent": "org"}}
+        """,
+    )
+    refused(result, "kube_queues_volcano_plugin", "nested queues need the capacity plugin")

@@ -9,6 +9,7 @@ import ctypes
 import pynvml
 import pytest
 from gpuprov_lab.sim import state
+from gpuprov_lab.sim.libnvml import build
 from simulated import initialized, new_host, use
 
 
@@ -42,8 +43,8 @@ def _placement(gi):
 
 def test_devices_enumerate_with_catalog_names_memory_and_stable_ids(tmp_path, a100):
     assert pynvml.nvmlDeviceGetCount() == 2
-    assert pynvml.nvmlSystemGetDriverVersion() == state.DEFAULT_DRIVER_VERSION
-    assert pynvml.nvmlSystemGetNVMLVersion() == f"12.{state.DEFAULT_DRIVER_VERSION}"
+    assert pynvml.nvmlSystemGetDriverVersion() == build.DEFAULT_DRIVER_VERSION
+    assert pynvml.nvmlSystemGetNVMLVersion() == f"12.{build.DEFAULT_DRIVER_VERSION}"
     devices = [_device(0), _device(1)]
     assert [pynvml.nvmlDeviceGetName(d) for d in devices] == ["NVIDIA A100-SXM4-80GB"] * 2
     assert [pynvml.nvmlDeviceGetIndex(d) for d in devices] == [0, 1]
@@ -54,9 +55,10 @@ def test_devices_enumerate_with_catalog_names_memory_and_stable_ids(tmp_path, a1
     assert (pci.busId, pci.bus, pci.pciDeviceId) == ("00000000:17:00.0", 0x17, 0x20B210DE)
     uuids = [pynvml.nvmlDeviceGetUUID(d) for d in devices]
     assert len(set(uuids)) == 2 and all(u.startswith("GPU-") for u in uuids)
-    same_seed = state.new_state("A100-80GB", 2, seed="test-host")
-    assert uuids == [gpu["uuid"] for gpu in same_seed["gpus"]]
-    assert uuids != [gpu["uuid"] for gpu in state.new_state("A100-80GB", 2, "other")["gpus"]]
+    # The same seed gives the same GPUs (a lab host rebuilt keeps its UUIDs); another does not.
+    for seed, same in (("test-host", True), ("other", False)):
+        again = new_host(tmp_path / seed, "A100-80GB", 2, seed=seed)
+        assert (uuids == [gpu["uuid"] for gpu in state.load(again)["gpus"]]) is same
     by_uuid = pynvml.nvmlDeviceGetHandleByUUID(uuids[1])
     assert pynvml.nvmlDeviceGetIndex(by_uuid) == 1
     with pytest.raises(pynvml.NVMLError_NotFound):

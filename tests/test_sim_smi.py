@@ -317,7 +317,7 @@ def test_admin_init_driver_boot_fault_show(tmp_path, capsys):
     )
     host = state.load(path)
     assert [gpu["model"] for gpu in host["gpus"]] == ["H100-80GB"] * 3
-    assert host == state.new_state("H100-80GB", 3, "gpu-node-1")
+    assert host == state.load(new_host(tmp_path / "library", "H100-80GB", 3, seed="gpu-node-1"))
     assert (
         run_program(
             "gpuprov-sim", ["--state", path, "driver", "--version", "535.216.01", "--unloaded"]

@@ -82,6 +82,16 @@ def hosts(key: str) -> dict[str, tuple[str, dict]]:
                 "container_toolkit_repo_key": key,
             },
         ),
+        "@fake/vgpu-hami": (
+            "vgpu",
+            {
+                **BASE,
+                "vgpu_flavour": "hami",
+                "vgpu_split_count": 4,
+                "driver_version": "535.261.03",
+                "driver_source": "debian-nonfree",
+            },
+        ),
         "@fake/whole-docker": (
             "whole_card",
             {

@@ -100,10 +100,15 @@ def apply(config_map: str, host_root: str) -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="A kubectl binary for the image (its Jobs drain through it; without, they drain nothing).",
 )
+@click.option(
+    "--source",
+    help="What pip installs as gpuprov: a checkout, a wheel or a requirement (default: the "
+    "checkout gpuprov runs from, else this version from the package index).",
+)
 @bad_input
-def image(base: str, out: str, name: str, kubectl: str | None) -> None:
-    """Build the fleet image: BASE plus gpuprov installed from this checkout, as an OCI tar."""
+def image(base: str, out: str, name: str, kubectl: str | None, source: str | None) -> None:
+    """Build the fleet image: BASE plus gpuprov installed with pip, as an OCI tar."""
     from gpuprov.controller import image as image_
 
-    built = image_.build(base, out, name, kubectl=kubectl)
+    built = image_.build(base, out, name, source=source, kubectl=kubectl)
     click.echo(f"wrote {out}: {name} ({built.manifest_digest})")

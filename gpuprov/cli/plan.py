@@ -9,6 +9,7 @@ import click
 from gpuprov.cli.output import bad_input, emit_json, format_option, table
 from gpuprov.controller import inventory as inventory_
 from gpuprov.core import plan as plan_
+from gpuprov.core.cluster.queue_files import scheduler_refusals
 from gpuprov.core.cluster.queues import plan_queues
 from gpuprov.core.errors import InputError, Problem
 
@@ -49,7 +50,13 @@ def load_plan(
     cluster = plan_.build(loaded, selected, strict=strict)
     if selected is None:
         # The teams share the whole cluster: a limited plan has only part of its capacity.
-        plan_queues(loaded, cluster)
+        queues = plan_queues(loaded, cluster)
+        if queues is not None:
+            problems, warnings = scheduler_refusals(queues)
+            if problems:
+                raise InputError(problems)
+            for warning in warnings:
+                click.echo(f"warning: {warning}", err=True)
     return loaded, cluster
 
 

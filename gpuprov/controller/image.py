@@ -7,7 +7,8 @@ Two layers, uncompressed:
    ``mmdebstrap --variant=minbase --include=python3``; any distribution's rootfs tar will do),
    taken as it is: a rootfs tar is already a layer (the image-spec's layer format is a plain
    tar of the files, https://github.com/opencontainers/image-spec/blob/v1.1.0/layer.md);
-2. gpuprov: this checkout installed with pip (``pip install --target``) into
+2. gpuprov: installed with pip (``pip install --target``) from ``source``, by default this
+   checkout when gpuprov runs from one, else this very version from the package index, into
    ``/opt/gpuprov/site``, and ``/usr/local/bin/gpuprov``, a shell launcher running
    ``python3 -m gpuprov`` with that directory on its path; with ``kubectl`` given, that binary
    at ``/usr/local/bin/kubectl`` (the deploy drains through it, as the Job's account). pip runs with this interpreter and
@@ -73,11 +74,22 @@ def python_of(names: list[str]) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
+def default_source(checkout: Path = CHECKOUT) -> str:
+    """What pip installs into the image unless told: the checkout gpuprov runs from, or, for
+    an installed gpuprov (no checkout around it), the same version from the package index.
+
+    >>> default_source(Path("/nowhere")) == f"gpuprov=={__version__}"
+    True
+    """
+    return str(checkout) if (checkout / "pyproject.toml").is_file() else f"gpuprov=={__version__}"
+
+
 def build(
-    base: str, out: str, name: str, checkout: Path = CHECKOUT, kubectl: str | None = None
+    base: str, out: str, name: str, source: str | None = None, kubectl: str | None = None
 ) -> Built:
-    """Write the image ``name`` (``base`` plus gpuprov from ``checkout``, and the ``kubectl``
-    binary at ``/usr/local/bin/kubectl`` when given: the deploy's drain in the Job) to ``out``."""
+    """Write the image ``name`` (``base`` plus gpuprov from ``source``: anything pip installs,
+    a checkout, a wheel or a requirement; and the ``kubectl`` binary at
+    ``/usr/local/bin/kubectl`` when given: the deploy's drain in the Job) to ``out``."""
     with tarfile.open(base) as tar:
         names = tar.getnames()
     want = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -94,11 +106,16 @@ def build(
         )
     with tempfile.TemporaryDirectory(prefix="gpuprov-image-") as work:
         site = Path(work) / "site"
-        subprocess.run(
+        source = source or default_source()
+        installed = subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(site),
-             str(checkout)],
-            check=True,
+             source],
         )  # fmt: skip
+        if installed.returncode != 0:
+            raise InputError(
+                [Problem(source, f"pip could not install it into the image (exit "
+                         f"{installed.returncode}; its output is above)")]
+            )  # fmt: skip
         layer = _gpuprov_layer(site, Path(kubectl) if kubectl else None)
     return write(out, name, [Path(base), layer])
 

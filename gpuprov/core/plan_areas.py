@@ -4,8 +4,8 @@ Each area groups the inventory keys of one part of the host (``docs/variables.md
 the same groups). A field is named after its inventory key, so a grep for a key finds every
 reader; a field named otherwise (the sharing types take the device plugin's names) says its key
 in ``metadata["key"]``, and a field the planner works out (not a key) says ``derived``. Every
-value is checked by the registry and resolved once, at plan time: ``kubelet_max_pods: auto`` is
-a number here. A key a host's mode may not set is None in its area.
+value is checked by the registry and resolved once, at plan time: ``gpuprov_kubelet_max_pods:
+auto`` is a number here. A key a host's mode may not set is None in its area.
 
 Adding a key: its ``Variable`` in ``gpuprov/core/variables.py`` and a field of the same name in
 its area below; the planner, the plan document and its reader follow from the two

@@ -91,7 +91,7 @@ def lab() -> None:
     type=click.Choice(queue_system.SYSTEMS),
     default=None,
     help="Run this queue system against the lab's API server: Kueue v0.17.0 (built once into "
-    "/var/tmp, about 7 minutes cold) or Volcano v1.15.1 (shared/bin's). On a running lab of "
+    "/var/tmp, about 3 minutes cold) or Volcano v1.15.1 (shared/bin's). On a running lab of "
     "the same hosts only the queue system is started, replaced or (without it) stopped.",
 )
 @bad_input

@@ -4,7 +4,7 @@
 README's commands work on a fresh Debian machine.
 
 >>> sorted(set(PROGRAMS.values()))[:3]
-['apt-utils', 'gnupg', 'iproute2']
+['apt-utils', 'containerd', 'gcc']
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ the catalog has for their model.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from gpuprov.core import catalog
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.packages import SIM_STATE
 from gpuprov_lab.sim.contract import SIM_ENV
-from gpuprov_lab.sim.libnvml import build as libnvml
+from gpuprov_lab.sim.libnvml import admin
 from gpuprov_lab.spec import LabHost
 
 SIM_ENV_LINE = f"{SIM_ENV}={SIM_STATE}"
@@ -64,18 +63,11 @@ def install(host: LabHost, root: Path) -> None:
     """Give the host mounted at ``root`` its GPUs: sim state (driver unloaded) and PCI list."""
     state = root / SIM_STATE.lstrip("/")
     state.parent.mkdir(parents=True, exist_ok=True)
-    _admin(
-        "--state",
-        str(state),
-        "init",
-        "--model",
-        host.model,
-        "--count",
-        str(host.count),
-        "--seed",
-        host.name,
-    )
-    _admin("--state", str(state), "driver", "--unloaded")
+    try:
+        admin.create(str(state), host.model, host.count, seed=host.name)
+        admin.run("--state", str(state), "driver", "--unloaded")
+    except admin.AdminError as e:
+        raise LabError(str(e)) from None
     # Where NVML finds these GPUs is part of the machine, not of the driver package: SSH sessions
     # opened before the driver is installed (pyinfra keeps its first one) must find them after.
     # Until the driver package marks the state loaded, NVML answers DRIVER_NOT_LOADED.
@@ -116,11 +108,3 @@ def pci_devices(gpus: list[dict[str, Any]]) -> list[dict[str, str]]:
             }
         )
     return devices
-
-
-def _admin(*args: str) -> None:
-    result = subprocess.run(
-        [str(libnvml.build().programs["gpuprov-sim"]), *args], capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        raise LabError(f"gpuprov-sim {' '.join(args)}: {result.stderr.strip()}")

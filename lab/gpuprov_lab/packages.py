@@ -31,7 +31,12 @@ from __future__ import annotations
 import posixpath
 from pathlib import Path
 
-from gpuprov.host.contract import KERNEL_LOG_PATH, NVIDIA_RUNTIME_BINARY, PERSISTENCED_UNIT
+from gpuprov.host.contract import (
+    KERNEL_LOG_PATH,
+    MIG_UNIT,
+    NVIDIA_RUNTIME_BINARY,
+    PERSISTENCED_UNIT,
+)
 from gpuprov_lab.debs import File, Package
 from gpuprov_lab.sim.contract import (
     SIM_ENV,
@@ -255,7 +260,8 @@ def _toolkit(version: str) -> list[Package]:
 
 
 def _text(name: str, upstream: str) -> bytes:
-    """A packaged file with the version and the contract's simulator names filled in."""
+    """A packaged file with the version, the simulator's names and gpuprov's own (the MIG unit
+    the simulated boot runs before) filled in."""
     text = (_HERE / name).read_text().replace("@UPSTREAM@", upstream)
     for mark, value in (
         ("@SIM_STATE@", SIM_STATE_PATH),
@@ -263,6 +269,7 @@ def _text(name: str, upstream: str) -> bytes:
         ("@SIM_PRIVATE@", SIM_PRIVATE_DIR),
         ("@SIM_KMSG@", posixpath.join(posixpath.dirname(SIM_STATE_PATH), SIM_KERNEL_LOG_NAME)),
         ("@KERNEL_LOG@", KERNEL_LOG_PATH),
+        ("@MIG_UNIT@", MIG_UNIT),
     ):
         text = text.replace(mark, value)
     return text.encode()

@@ -13,7 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
+from gpuprov_lab import images
 
+from gpuprov.core.disruption import device_gpus, gpu_of
 from gpuprov.host.contract import CANARY_NAMESPACE, POD_RESOURCES_SOCKET
 
 pytestmark = pytest.mark.lab
@@ -67,17 +69,42 @@ def test_every_canary_runs_with_a_planned_device_and_none_is_left(cluster):
 
 
 def test_the_probe_reads_the_real_kubelets_pod_resources(cluster):
-    # The agent's own reader against the real kubelet, with no pod asking for a device: a
-    # section, not an error (the canaries' rows are read by the test above's verify).
-    document = json.loads(
-        cluster.run(
-            SHARED,
-            f"python3 /usr/lib/gpuprov/agent.pyz probe --pod-resources {POD_RESOURCES_SOCKET}",
-        ).stdout
-    )
-    rows = document["pod_resources"]["containers"]
-    assert isinstance(rows, list), rows
-    assert all(r["device_ids"] for r in rows)
+    # The agent's own reader against the real kubelet: a pod holding one share is one row,
+    # naming the pod, the resource and a device id of one of the shared host's GPUs.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pod-resources-reader", "namespace": "default"},
+        "spec": {
+            "nodeName": SHARED,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [images.sleeper({"nvidia.com/gpu.shared": 1})],
+        },
+    }
+    made = cluster.kubectl("create", "-f", "-", input_text=json.dumps(pod))
+    assert made.returncode == 0, made.stderr
+    try:
+        ready = cluster.kubectl(
+            "-n", "default", "wait", "--for=condition=Ready", "pod/pod-resources-reader",
+            "--timeout=120s", timeout=130,
+        )  # fmt: skip
+        assert ready.returncode == 0, ready.stderr + cluster.pods_not_running("default")
+        document = json.loads(
+            cluster.run(
+                SHARED,
+                f"python3 /usr/lib/gpuprov/agent.pyz probe --pod-resources {POD_RESOURCES_SOCKET}",
+            ).stdout
+        )
+        rows = [
+            r for r in document["pod_resources"]["containers"] if r["pod"] == "pod-resources-reader"
+        ]
+        assert [(r["namespace"], r["resource"], len(r["device_ids"])) for r in rows] == [
+            ("default", "nvidia.com/gpu.shared", 1)
+        ], document["pod_resources"]
+        # a replica id of a GPU the probe sees on that host
+        assert gpu_of(rows[0]["device_ids"][0], device_gpus(document)) is not None, rows
+    finally:
+        cluster.kubectl("-n", "default", "delete", "pod", "pod-resources-reader", "--wait=true")
 
 
 def test_a_broken_nvidia_runtime_binary_fails_that_hosts_canary_with_the_runtime_error(

@@ -83,6 +83,7 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     node_parts = _descendants_running([p for p in pids if p is not None], {KUBELET, PROGRAM})
     assert len(node_parts) == 2 * len(lab.hosts), node_parts
 
+    assert network.nat_table_exists()
     lab.stop()
 
     assert [p for p in pids if p is not None and _running(p)] == []
@@ -93,6 +94,7 @@ def test_down_leaves_no_process_mount_namespace_or_link(lab):
     assert hosts.mounts_under(run.path) == []
     assert network.leftover_namespaces() == [] and network.leftover_veths() == []
     assert not network.bridge_exists()
+    assert not network.nat_table_exists()  # the kubernetes Service's DNAT of this slot
     assert not run.path.exists()  # certificates, kubeconfigs, etcd's data, logs
     # The controllers keep their serving certificates in memory (no --cert-dir given), and the
     # API server has its own: none of them wrote the default /var/run/kubernetes.

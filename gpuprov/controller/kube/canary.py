@@ -58,6 +58,11 @@ class CanaryRun:
             self._create()
         except KubectlError as e:
             self.error = str(e)
+        except BaseException:
+            # Ctrl-C or SIGTERM while the pods were being created: ``with`` never calls
+            # __exit__ for an __enter__ that raised, and the API server may hold some already.
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

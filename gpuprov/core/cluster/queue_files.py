@@ -1,5 +1,6 @@
 """The files of ``gpuprov kube render --queues kueue|volcano``: the teams' queue objects for
-one scheduler, from the queue plan (gpuprov.core.cluster.queues).
+one scheduler, from the queue plan (gpuprov.core.cluster.queues); and, at plan time, which
+scheduler's rules the teams break (``scheduler_refusals``).
 
 >>> sorted(queue_files(inventory, cluster, "volcano"))            # doctest: +SKIP
 ['volcano-queues.yaml', 'volcano-scheduler-configmap.yaml']
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuprov.core.cluster import kueue, volcano_queues
-from gpuprov.core.cluster.queues import plan_queues
+from gpuprov.core.cluster.queues import QueuePlan, plan_queues
 from gpuprov.core.errors import InputError, Problem
 from gpuprov.core.inventory_data import InventoryData
 from gpuprov.core.plan import ClusterPlan
@@ -58,3 +59,30 @@ def queue_files(
             [volcano_queues.scheduler_config_map(plan, volcano_queues.uses_vgpu(plan))],
         ),
     }
+
+
+def scheduler_refusals(plan: QueuePlan) -> tuple[list[Problem], list[str]]:
+    """What ``kube render --queues`` would refuse, known at plan time: (problems, warnings).
+
+    The inventory does not say which scheduler counts the teams, so each one they could be meant
+    for is tried: Volcano always, Kueue when no team has a parent (nested teams are Volcano's).
+    When none of them can take the teams, every refusal is a problem (exit 2 before any host is
+    touched); when one can, the others' refusals are warnings naming the scheduler.
+    """
+    candidates = [("volcano", volcano_queues.render)]
+    if not any(q.parent for q in plan.queues):
+        candidates.insert(0, ("kueue", kueue.render))
+    refused: dict[str, list[Problem]] = {}
+    for scheduler, render in candidates:
+        try:
+            render(plan)
+        except InputError as e:
+            refused[scheduler] = e.problems
+    if len(refused) == len(candidates):
+        return [p for problems in refused.values() for p in problems], []
+    warnings = [
+        f"kube render --queues {scheduler} would refuse: {problem}"
+        for scheduler, problems in refused.items()
+        for problem in problems
+    ]
+    return [], warnings

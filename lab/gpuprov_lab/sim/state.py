@@ -1,15 +1,19 @@
 """The simulated driver's state file (schema ``gpuprov.sim/v1``): what the "hardware" holds.
 
-The simulated ``libnvidia-ml.so.1`` (``gpuprov_lab.sim.libnvml``) reads and changes this file
-with the driver's rules; this module is its format only, for the lab and the tests that make a
-host or change its hardware directly (the same UUIDs and bus ids as the library's
-``gpuprovSimCreate``, the same lock as its writers). A change is a read-modify-write under an exclusive
-``flock`` on a sidecar ``<state>.lock`` file, and the new text replaces the old with ``os.replace``,
-so concurrent processes neither lose updates nor ever see a half-written file.
+The simulated ``libnvidia-ml.so.1`` (``gpuprov_lab.sim.libnvml``) makes this file
+(``gpuprovSimCreate``, the ``gpuprov-sim init`` program) and reads and changes it with the
+driver's rules; this module is its format only, for the lab and the tests that read a host or
+change its hardware directly: the reader that checks what it reads, and the same lock as the
+library's writers. A change is a read-modify-write under an exclusive ``flock`` on a sidecar
+``<state>.lock`` file, and the new text replaces the old with ``os.replace``, so concurrent
+processes neither lose updates nor ever see a half-written file.
 
 >>> import tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "gpus.json")
->>> write_new(path, new_state("A100-80GB", 2, seed="lab-1"))
+>>> write_new(path, {"schema": SIM_SCHEMA, "driver": {"loaded": True, "version": "535.261.03"},
+...     "faults": {"fail_after": None}, "gpus": [{"index": 0, "model": "A100-80GB",
+...     "uuid": "GPU-1", "pci_bus_id": "00000000:07:00.0", "mig_current": False,
+...     "mig_pending": False, "gpu_instances": [], "busy": False, "held_by": []}]})
 >>> with transaction(path) as state:
 ...     state["gpus"][0]["mig_pending"] = True
 >>> load(path)["gpus"][0]["mig_pending"]
@@ -25,15 +29,11 @@ import json
 import os
 import re
 import tempfile
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from gpuprov.core import catalog
 from gpuprov_lab.sim.contract import SIM_SCHEMA
-
-DEFAULT_DRIVER_VERSION = "535.261.03"
-_UUID_NAMESPACE = uuid.UUID("5a1c0d3e-6f0b-4c8e-9a43-6770757072f6")
 
 State = dict[str, Any]
 NoneType = type(None)
@@ -55,50 +55,6 @@ _GPU_KEYS = {
 
 class StateError(Exception):
     """The state file is missing, unreadable or not ``gpuprov.sim/v1``."""
-
-
-def new_state(
-    model: str,
-    count: int,
-    seed: str,
-    driver_version: str = DEFAULT_DRIVER_VERSION,
-) -> State:
-    """A freshly booted host with ``count`` GPUs of catalog ``model``, MIG off, no instances.
-
-    UUIDs and PCI bus ids depend only on ``seed`` and the index, so a lab host named ``seed``
-    gets the same GPUs every time it is rebuilt.
-
-    >>> new_state("L40S", 1, seed="h")["gpus"][0]["pci_bus_id"]
-    '00000000:07:00.0'
-    """
-    gpu_model = catalog.find_model(model)
-    if gpu_model is None:
-        raise StateError(f"unknown GPU model {model!r}; known: {', '.join(catalog.load().models)}")
-    if count < 1:
-        raise StateError(f"a host needs at least one GPU, not {count}")
-    return {
-        "schema": SIM_SCHEMA,
-        "driver": {"loaded": True, "version": driver_version},
-        "gpus": [new_gpu(gpu_model.alias, index, seed) for index in range(count)],
-        "faults": {"fail_after": None},
-    }
-
-
-def new_gpu(model: str, index: int, seed: str) -> dict[str, Any]:
-    """One GPU as the state file holds it (see ``new_state``)."""
-    return {
-        "index": index,
-        "model": model,
-        "uuid": f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{seed}/{index}')}",
-        # Bus numbers spaced like the slots of an 8-GPU baseboard; only uniqueness matters.
-        "pci_bus_id": f"00000000:{0x07 + 0x10 * index:02X}:00.0",
-        "mig_current": False,
-        "mig_pending": False,
-        "gpu_instances": [],
-        "busy": False,
-        "held_by": [],
-        "health": new_health(),
-    }
 
 
 # The largest counts NVML's C types hold: ECC counts are unsigned long long, remapped rows

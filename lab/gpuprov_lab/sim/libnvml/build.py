@@ -32,7 +32,6 @@ import pynvml
 
 from gpuprov.core import catalog
 from gpuprov.host.health import xid
-from gpuprov_lab.sim import state as sim_state
 from gpuprov_lab.sim.contract import (
     SIM_ENV,
     SIM_KERNEL_LOG_NAME,
@@ -46,6 +45,10 @@ LIBRARY = "libnvidia-ml.so.1"
 HANDLE_TAG = 0x7E57
 KIND_DEVICE, KIND_GPU_INSTANCE, KIND_COMPUTE_INSTANCE, KIND_MIG_DEVICE = 1, 2, 3, 4
 MIG_UUID_NAMESPACE = uuid.UUID("0b6f7c1e-2d43-4a8e-b1f5-6d6967646576")
+# A GPU's UUID is uuid5(GPU_UUID_NAMESPACE, "<seed>/<index>") (uuid5.c), so a lab host named
+# <seed> gets the same GPUs every time it is rebuilt.
+GPU_UUID_NAMESPACE = uuid.UUID("5a1c0d3e-6f0b-4c8e-9a43-6770757072f6")
+DEFAULT_DRIVER_VERSION = "535.261.03"  # what a new host's driver says unless told otherwise
 # Compute-instance profile constant -> compute slices it spans (pynvml
 # NVML_COMPUTE_INSTANCE_PROFILE_*). The CI profile id NVML reports equals the constant for these:
 # `-cci` prints "MIG 3g.20gb (ID  2)" for the full CI of a 3g GI and "(ID  0)" for 1c (public
@@ -153,7 +156,7 @@ def sim_consts_header() -> str:
         f"#define SIM_TRACE_ENV {_c(SIM_TRACE_ENV)}",
         f"#define SIM_STATE_PATH {_c(SIM_STATE_PATH)}",
         f"#define SIM_KERNEL_LOG_NAME {_c(SIM_KERNEL_LOG_NAME)}",
-        f"#define DEFAULT_DRIVER_VERSION {_c(sim_state.DEFAULT_DRIVER_VERSION)}",
+        f"#define DEFAULT_DRIVER_VERSION {_c(DEFAULT_DRIVER_VERSION)}",
         f"#define HANDLE_TAG {HANDLE_TAG:#x}ULL",
         f"#define KIND_DEVICE {KIND_DEVICE}",
         f"#define KIND_GPU_INSTANCE {KIND_GPU_INSTANCE}",
@@ -183,7 +186,7 @@ def sim_data_header() -> str:
         + ", ".join(f"{b:#04x}" for b in MIG_UUID_NAMESPACE.bytes)
         + "};",
         "static const unsigned char GPU_UUID_NAMESPACE[16] = {"
-        + ", ".join(f"{b:#04x}" for b in sim_state._UUID_NAMESPACE.bytes)
+        + ", ".join(f"{b:#04x}" for b in GPU_UUID_NAMESPACE.bytes)
         + "};",
         "static const unsigned CI_SLICES[][2] = {"
         + ", ".join(f"{{{k}, {v}}}" for k, v in sorted(CI_SLICES.items()))
