@@ -25,7 +25,7 @@ from pathlib import Path
 import pynvml
 from gpuprov_lab.sim import state
 from gpuprov_lab.sim.contract import SIM_ENV, SIM_KERNEL_LOG_NAME, SIM_TRACE_ENV
-from gpuprov_lab.sim.libnvml import build, preload
+from gpuprov_lab.sim.libnvml import admin, build, preload
 
 WHOLE_GPU = 0xFFFFFFFF  # GPUPROV_SIM_WHOLE_GPU: an XID of the GPU, not of a MIG instance
 
@@ -121,20 +121,12 @@ def new_host(
     mig: Iterable[int] = (),
     seed: str = "test-host",
 ) -> str:
-    """A state file for ``count`` GPUs of ``model``; GPUs in ``mig`` booted with MIG on."""
+    """A state file for ``count`` GPUs of ``model``; GPUs in ``mig`` booted with MIG on (the
+    library's ``gpuprovSimCreate``, through ``gpuprov_lab.sim.libnvml.admin.create``)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = str(tmp_path / "gpus.json")
-    create(path, model, count, seed, mig)
+    admin.create(path, model, count, seed, mig)
     return path
-
-
-def create(path: str, model: str, count: int, seed: str, mig: Iterable[int] = ()) -> None:
-    """The library's freshly booted host in state file ``path`` (``gpuprovSimCreate``): its
-    UUIDs and bus ids depend only on ``seed`` and the index."""
-    mask = sum(1 << index for index in mig)
-    lib = library()
-    if lib.gpuprovSimCreate(path.encode(), model.encode(), count, seed.encode(), None, mask):
-        raise SimError(lib.gpuprovSimLastError().decode())
 
 
 @contextlib.contextmanager

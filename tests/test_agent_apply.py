@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import simulated
 from gpuprov_lab.sim import state as sim_state
+from gpuprov_lab.sim.libnvml import admin
 from simulated import Hardware, programs, traced
 
 from gpuprov.core.catalog import find_model
@@ -141,7 +141,7 @@ def _script(path: Path, text: str) -> None:
 @pytest.fixture
 def host(tmp_path, monkeypatch, capsys) -> Host:
     state_path = tmp_path / "gpus.json"
-    simulated.create(str(state_path), "A100-80GB", 2, seed="test-host")
+    admin.create(str(state_path), "A100-80GB", 2, seed="test-host")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _script(

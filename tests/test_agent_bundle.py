@@ -14,9 +14,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import simulated
 from gpuprov_lab.sim import state as sim_state
 from gpuprov_lab.sim.contract import SIM_ENV
+from gpuprov_lab.sim.libnvml import admin
 from simulated import library_path
 
 from gpuprov.controller import bundle
@@ -163,7 +163,7 @@ def lab_driver(state: Path) -> dict[str, str]:
 
 def test_bundle_probes_and_checks_a_simulated_host(agent, tmp_path):
     state = tmp_path / "gpus.json"
-    simulated.create(str(state), "A100-80GB", 2, seed="bundle")
+    admin.create(str(state), "A100-80GB", 2, seed="bundle")
     no_packages = tmp_path / "no-packages"  # the C library needs no Python package
     no_packages.mkdir()
     layout = tmp_path / "mig-layout.json"
@@ -243,7 +243,7 @@ def sim_host(tmp_path) -> tuple[dict, Path]:
     """The environment of a lab host with 8 simulated A100s (the simulated library where its
     driver package puts it), and an empty directory: no Python package beyond the bundle."""
     state = tmp_path / "gpus.json"
-    simulated.create(str(state), "A100-80GB", 8, seed="cache")
+    admin.create(str(state), "A100-80GB", 8, seed="cache")
     no_packages = tmp_path / "no-packages"
     no_packages.mkdir()
     return {**lab_driver(state), "GPUPROV_AGENT_CACHE": str(tmp_path / "cache")}, no_packages

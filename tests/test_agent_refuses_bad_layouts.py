@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 import pytest
-import simulated
 from gpuprov_lab.sim import state as sim_state
 from gpuprov_lab.sim.contract import SIM_ENV
+from gpuprov_lab.sim.libnvml import admin
 
 from gpuprov.core.catalog import find_model
 from gpuprov.core.mig.solver import solve
@@ -30,7 +30,7 @@ def gi(profile: str, profile_id: int, start: int, size: int) -> dict:
 def working_host(tmp_path, monkeypatch) -> Path:
     """Two A100-80GB GPUs with 3g.40gb x 2 applied on GPU 0 (so a bad apply has much to break)."""
     state = tmp_path / "gpus.json"
-    simulated.create(str(state), "A100-80GB", 2, seed="refuse")
+    admin.create(str(state), "A100-80GB", 2, seed="refuse")
     monkeypatch.setenv(SIM_ENV, str(state))
     good = [i.as_dict() for i in solve(find_model("A100-80GB"), {"3g.40gb": 2}).instances]
     with sim_state.transaction(str(state)) as s:
@@ -112,7 +112,7 @@ def test_a_valid_layout_on_another_gpu_model_is_judged_by_that_gpus_own_profiles
 ):
     # 3g.40gb is id 9 on an A100-80GB; an A100-40GB names id 9 3g.20gb. The agent asks NVML.
     state = tmp_path / "gpus.json"
-    simulated.create(str(state), "A100-40GB", 1, seed="refuse-40")
+    admin.create(str(state), "A100-40GB", 1, seed="refuse-40")
     monkeypatch.setenv(SIM_ENV, str(state))
     layout = write(
         tmp_path, [{"index": 0, "mig_enabled": True, "instances": [gi("3g.40gb", 9, 4, 4)]}]
@@ -126,7 +126,7 @@ def test_a_valid_layout_on_another_gpu_model_is_judged_by_that_gpus_own_profiles
 
 def test_mig_on_a_gpu_without_mig_is_refused(tmp_path, monkeypatch, capsys):
     state = tmp_path / "gpus.json"
-    simulated.create(str(state), "L40S", 1, seed="refuse-l40s")
+    admin.create(str(state), "L40S", 1, seed="refuse-l40s")
     monkeypatch.setenv(SIM_ENV, str(state))
     layout = write(tmp_path, [{"index": 0, "mig_enabled": True, "instances": []}])
     before = sha256(state)

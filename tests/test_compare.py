@@ -10,9 +10,9 @@ import sys
 import textwrap
 
 import pytest
-import simulated
 from gpuprov_lab.sim import state as sim_state
 from gpuprov_lab.sim.contract import SIM_ENV
+from gpuprov_lab.sim.libnvml import admin
 from plans import plan_for
 from probes import driver_and_mig_files, installed_packages, matching_probe, unit_states
 from simulated import programs
@@ -671,7 +671,7 @@ def generated(tmp_path, mode: str, **data):
     (root / "containerd" / "conf.d" / "99-nvidia.toml").write_text(NVIDIA_DROP_IN)
     kubelet_directory(root / "device-plugins", plan)
     state = tmp_path / "gpus.json"
-    simulated.create(str(state), "A100-80GB", 2, seed="compare")
+    admin.create(str(state), "A100-80GB", 2, seed="compare")
     if mode == "mig":
         smi(state, "-i", "0,1", "-mig", "1")
         smi(state, "-r", "-i", "0,1")

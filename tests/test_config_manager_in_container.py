@@ -33,8 +33,8 @@ from gpuprov_lab.controlplane import ControlPlane, node_identity
 from gpuprov_lab.errors import LabError
 from gpuprov_lab.sim.caps import mig_minors
 from gpuprov_lab.sim.contract import SIM_STATE_PATH
+from gpuprov_lab.sim.libnvml import admin
 from gpuprov_lab.sim.libnvml import build as libnvml
-from simulated import create
 from test_kubelet_in_container import (
     ADVERTISE_TIMEOUT,
     NODE,
@@ -120,7 +120,7 @@ def host(plane: ControlPlane, binary: Path, configs: dict[str, str]) -> Iterator
         device_plugin.install_config_manager(
             host.root, binary, NODE, configs, DEVICE_PLUGIN_DEFAULT_CONFIG
         )
-        create(str(host.root / SIM_STATE_PATH.lstrip("/")), "A100-80GB", GPUS, NODE)
+        admin.create(str(host.root / SIM_STATE_PATH.lstrip("/")), "A100-80GB", GPUS, NODE)
         # sshd would bind port 22 of this machine's network namespace.
         (host.root / "etc/systemd/system/multi-user.target.wants/ssh.service").unlink(
             missing_ok=True

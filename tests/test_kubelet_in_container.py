@@ -33,9 +33,9 @@ from gpuprov_lab.controlplane import ControlPlane, node_identity
 from gpuprov_lab.sim import state
 from gpuprov_lab.sim.caps import mig_minors
 from gpuprov_lab.sim.contract import SIM_STATE_PATH
-from gpuprov_lab.sim.libnvml import build
+from gpuprov_lab.sim.libnvml import admin, build
 from kube_cluster import control_plane
-from simulated import carve, create
+from simulated import carve
 from upstream import upstream_binary
 
 from gpuprov.host.contract import (
@@ -193,7 +193,7 @@ def host(plane: ControlPlane) -> Iterator[Host]:
             kubelet_drop_in_path(kubelet.CONFIG_DIR), json.dumps(drop_in | {"maxPods": MAX_PODS})
         )
         device_plugin.install(host.root, plugin, library, mig_minors(2))
-        create(str(host.root / SIM_STATE_PATH.lstrip("/")), "A100-80GB", 2, NODE)
+        admin.create(str(host.root / SIM_STATE_PATH.lstrip("/")), "A100-80GB", 2, NODE)
         host.write(DEVICE_PLUGIN_CONFIG_PATH, TIME_SLICING)
         # sshd would bind port 22 of this machine's network namespace.
         (host.root / "etc/systemd/system/multi-user.target.wants/ssh.service").unlink(
@@ -241,7 +241,7 @@ def test_real_device_plugin_time_slicing_two_gpus_four_ways_advertises_eight_sha
 
 def test_real_device_plugin_in_mixed_mig_advertises_each_profile_and_the_whole_gpu(plane, host):
     path = str(host.root / SIM_STATE_PATH.lstrip("/"))
-    create(path, "H100-80GB", 2, NODE, mig=[0])
+    admin.create(path, "H100-80GB", 2, NODE, mig=[0])
     carve(path, {0: [(9, [2]), (14, [1]), (19, [0]), (19, [0])]})  # 3g + 2g + 2 × 1g
     host.write(DEVICE_PLUGIN_CONFIG_PATH, MIXED)
     changed = time.monotonic()
@@ -337,7 +337,7 @@ def test_plugin_registers_again_by_itself_after_the_kubelet_restarts(plane, host
 
 def test_real_device_plugin_in_single_mig_advertises_every_mig_device_as_a_gpu(plane, host):
     path = str(host.root / SIM_STATE_PATH.lstrip("/"))
-    create(path, "H200-141GB", 2, NODE, mig=[0, 1])
+    admin.create(path, "H200-141GB", 2, NODE, mig=[0, 1])
     carve(path, {0: [(9, [2]), (9, [2])], 1: [(9, [2]), (9, [2])]})  # 2 × 3g.71gb on each
     host.write(DEVICE_PLUGIN_CONFIG_PATH, SINGLE)
     host.run("systemctl", "restart", "nvidia-device-plugin.service")

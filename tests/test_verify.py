@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import simulated
 from click.testing import CliRunner
 from gpuprov_lab.sim import state as sim_state
 from gpuprov_lab.sim.contract import SIM_ENV
+from gpuprov_lab.sim.libnvml import admin
 from simulated import programs
 
 from gpuprov.cli import main
@@ -111,7 +111,7 @@ class SimHost:
         )
 
     def gpus(self) -> None:
-        simulated.create(str(self.state), "A100-80GB", 2, seed="verify")
+        admin.create(str(self.state), "A100-80GB", 2, seed="verify")
         smi("-i", "0,1", "-mig", "1")
         smi("-r", "-i", "0,1")
         smi("mig", "-i", "0,1", "-cgi", PLANNED_GIS, "-C")

@@ -2,8 +2,8 @@
 proxy, its CRDs, and its admission webhooks called by the API server at this machine's address.
 
 Built once into ``/var/tmp/gpuprov-kueue-v0.17.0/`` (``ensure``): the binary
-(``sigs.k8s.io/kueue/cmd/kueue``, 169 s cold on the 2-core CI machine after the Kubernetes build), and from the module source
-at the same tag the CRDs (``config/components/crd/bases``, checked against the shared
+(``sigs.k8s.io/kueue/cmd/kueue``, 169 s cold on the 2-core CI machine after the Kubernetes
+build), and from the module source at the same tag the CRDs (``config/components/crd/bases``, checked against the shared
 ``SHA256SUMS``) and the webhook configurations (``config/components/webhook``).
 
 Running outside a pod (``start``), from Kueue's source at v0.17.0:
