@@ -1,9 +1,12 @@
-"""The kubelet's pod-resources reader against a real gRPC server (grpcio) serving the v1 API.
+"""The kubelet's pod-resources reader against a real gRPC server (grpcio) serving the v1 API,
+and beside it a container runtime's CRI ``ListPodSandbox`` (what the kubelet must list too).
 
 The messages are compiled by grpcio-tools from the v1 messages of
-k8s.io/kubelet/pkg/apis/podresources/v1/api.proto (v0.34.4), with the field numbers there, so the
-bytes on the wire are the ones protobuf and gRPC make, not ours. The server is grpcio's C core;
-the lab's tests (tests/lab/test_canary.py) read the real kubelet's socket.
+k8s.io/kubelet/pkg/apis/podresources/v1/api.proto (v0.34.4) and of
+k8s.io/cri-api/pkg/apis/runtime/v1/api.proto (v0.34.4, the messages ListPodSandbox uses), with
+the field numbers there, so the bytes on the wire are the ones protobuf and gRPC make, not ours.
+The servers are grpcio's C core; the lab's tests (tests/lab/test_canary.py, test_gpu_drain.py)
+read the real kubelet's and containerd's sockets.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import grpc
 import pytest
 
 from gpuprov.controller import bundle
-from gpuprov.host.kubelet import grpc_unary, pod_resources
+from gpuprov.host.kubelet import grpc_unary, pod_resources, protowire, settle
 
 API = """
 syntax = "proto3";
@@ -72,25 +75,18 @@ message CDIDevice { string name = 1; }
 """
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
+def _compiled(directory: Path, name: str, text: str):
+    """The messages and services of ``text`` (a .proto), compiled by grpcio-tools in
+    ``directory`` (on sys.path) and imported."""
     from grpc_tools import protoc
 
-    directory = tmp_path_factory.mktemp("podresources")
-    (directory / "podresources_v1.proto").write_text(API)
+    (directory / f"{name}.proto").write_text(text)
     status = protoc.main(
         ["protoc", f"-I{directory}", f"--python_out={directory}",
-         f"--grpc_python_out={directory}", str(directory / "podresources_v1.proto")]
+         f"--grpc_python_out={directory}", str(directory / f"{name}.proto")]
     )  # fmt: skip
     assert status == 0
-    sys.path.insert(0, str(directory))
-    try:
-        yield (
-            importlib.import_module("podresources_v1_pb2"),
-            importlib.import_module("podresources_v1_pb2_grpc"),
-        )
-    finally:
-        sys.path.remove(str(directory))
+    return (importlib.import_module(f"{name}_pb2"), importlib.import_module(f"{name}_pb2_grpc"))
 
 
 class Kubelet:
@@ -129,6 +125,109 @@ class Kubelet:
 def kubelet(api, tmp_path):
     path = tmp_path / "kubelet.sock"
     server = Kubelet(api, path)
+    yield server, path
+    server.server.stop(None)
+
+
+CRI = """
+syntax = "proto3";
+package runtime.v1;
+
+service RuntimeService {
+  rpc ListPodSandbox(ListPodSandboxRequest) returns (ListPodSandboxResponse) {}
+}
+message PodSandboxMetadata {
+  string name = 1;
+  string uid = 2;
+  string namespace = 3;
+  uint32 attempt = 4;
+}
+enum PodSandboxState {
+  SANDBOX_READY = 0;
+  SANDBOX_NOTREADY = 1;
+}
+message PodSandboxStateValue { PodSandboxState state = 1; }
+message PodSandboxFilter {
+  string id = 1;
+  PodSandboxStateValue state = 2;
+  map<string, string> label_selector = 3;
+}
+message ListPodSandboxRequest { PodSandboxFilter filter = 1; }
+message PodSandbox {
+  string id = 1;
+  PodSandboxMetadata metadata = 2;
+  PodSandboxState state = 3;
+  int64 created_at = 4;
+  map<string, string> labels = 5;
+  map<string, string> annotations = 6;
+  string runtime_handler = 7;
+}
+message ListPodSandboxResponse { repeated PodSandbox items = 1; }
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """Both APIs compiled into one directory on sys.path: name -> (messages, services)."""
+    directory = tmp_path_factory.mktemp("protos")
+    sys.path.insert(0, str(directory))
+    try:
+        yield {
+            name: _compiled(directory, name, text)
+            for name, text in (("podresources_v1", API), ("cri_v1", CRI))
+        }
+    finally:
+        sys.path.remove(str(directory))
+
+
+@pytest.fixture(scope="module")
+def api(compiled):
+    return compiled["podresources_v1"]
+
+
+@pytest.fixture(scope="module")
+def cri_api(compiled):
+    return compiled["cri_v1"]
+
+
+class Runtime:
+    """A CRI runtime on a unix socket whose ListPodSandbox applies the request's state filter as
+    containerd does, over ``self.sandboxes`` ((namespace, name, state) each)."""
+
+    def __init__(self, api, path: Path):
+        messages, services = api
+        self.sandboxes: list[tuple[str, str, int]] = []
+        self.abort: tuple[grpc.StatusCode, str] | None = None
+        self.filters: list[bool] = []
+        runtime = self
+
+        class Service(services.RuntimeServiceServicer):
+            def ListPodSandbox(self, request, context):  # noqa: N802 (the gRPC method's name)
+                if runtime.abort:
+                    context.abort(*runtime.abort)
+                wanted = request.filter.state.state if request.filter.HasField("state") else None
+                runtime.filters.append(wanted == messages.SANDBOX_READY)
+                answer = messages.ListPodSandboxResponse()
+                for n, (namespace, name, state) in enumerate(runtime.sandboxes):
+                    if wanted is not None and state != wanted:
+                        continue
+                    item = answer.items.add(id=f"sandbox-{n}", state=state, created_at=n + 1)
+                    item.metadata.CopyFrom(
+                        messages.PodSandboxMetadata(name=name, namespace=namespace, uid=f"u{n}")
+                    )
+                    item.labels["io.kubernetes.pod.name"] = name
+                return answer
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        services.add_RuntimeServiceServicer_to_server(Service(), self.server)
+        self.server.add_insecure_port(f"unix://{path}")
+        self.server.start()
+
+
+@pytest.fixture
+def runtime(cri_api, tmp_path):
+    path = tmp_path / "containerd.sock"
+    server = Runtime(cri_api, path)
     yield server, path
     server.server.stop(None)
 
@@ -230,17 +329,17 @@ def test_bytes_cut_short_or_of_the_wrong_wire_type_are_refused_with_where(api):
     pod = answer.pod_resources.add(name="p", namespace="ns")
     pod.containers.add(name="c").devices.add(resource_name="nvidia.com/gpu", device_ids=["GPU-a"])
     data = answer.SerializeToString()
-    assert pod_resources.list_response(data)[0]["device_ids"] == ["GPU-a"]
-    with pytest.raises(pod_resources.PodResourcesError, match="runs past the message"):
-        pod_resources.list_response(data[:-2])
+    assert pod_resources.listed(data).rows[0]["device_ids"] == ["GPU-a"]
+    with pytest.raises(protowire.WireError, match="runs past the message"):
+        pod_resources.listed(data[:-2])
     # field 1 as a varint where the kubelet sends a PodResources message
-    with pytest.raises(pod_resources.PodResourcesError, match="wire type 0, not bytes"):
-        pod_resources.list_response(b"\x08\x01")
-    with pytest.raises(pod_resources.PodResourcesError, match="wire type 3"):
-        pod_resources.list_response(b"\x0b")
-    with pytest.raises(pod_resources.PodResourcesError, match="not UTF-8"):
+    with pytest.raises(protowire.WireError, match="wire type 0, not bytes"):
+        pod_resources.listed(b"\x08\x01")
+    with pytest.raises(protowire.WireError, match="wire type 3"):
+        pod_resources.listed(b"\x0b")
+    with pytest.raises(protowire.WireError, match="not UTF-8"):
         bad = messages.PodResources(name="p").SerializeToString().replace(b"p", b"\xff")
-        pod_resources.list_response(b"\x0a" + bytes([len(bad)]) + bad)
+        pod_resources.listed(b"\x0a" + bytes([len(bad)]) + bad)
 
 
 def test_the_agent_bundle_alone_reads_the_socket(kubelet, tmp_path):
@@ -269,3 +368,69 @@ def test_the_agent_bundle_alone_reads_the_socket(kubelet, tmp_path):
         {"pod": "canary", "namespace": "gpuprov-canary", "container": "c",
          "resource": "nvidia.com/mig-1g.10gb", "device_ids": ["MIG-x"]}
     ]  # fmt: skip
+
+
+def test_the_runtime_ready_pods_the_kubelet_does_not_list_are_named(kubelet, runtime):
+    server, path = kubelet
+    cri, socket_path = runtime
+    server.pod("train", "ml", {"main": {"nvidia.com/gpu": ["GPU-1"]}})
+    cri.sandboxes = [("ml", "train", 0), ("ml", "eval", 0), ("ml", "old", 1)]
+    started = time.monotonic()
+    section = pod_resources.section(str(path), str(socket_path), sync=1.0)
+    assert time.monotonic() - started >= 1.0  # it waited for the kubelet before saying so
+    assert section["unlisted"] == ["ml/eval"]  # a sandbox that is not ready is no pod that runs
+    assert cri.filters and all(cri.filters)  # asked for ready sandboxes only
+    assert [r["pod"] for r in section["containers"]] == ["train"]
+
+
+def test_a_kubelet_that_lists_its_pods_late_is_waited_for(kubelet, runtime):
+    # As after a kubelet restart: its List names no pod at first, then all of them.
+    server, path = kubelet
+    cri, socket_path = runtime
+    cri.sandboxes = [("ml", "train", 0), ("default", "web", 0)]
+    timer = threading.Timer(
+        1.0,
+        lambda: (
+            server.pod("train", "ml", {"main": {"nvidia.com/gpu": ["GPU-1"]}}),
+            server.pod("web", "default", {"nginx": {}}),
+        ),
+    )
+    timer.start()
+    started = time.monotonic()
+    section = pod_resources.section(str(path), str(socket_path), sync=20.0)
+    assert 1.0 <= time.monotonic() - started < 10
+    assert section["unlisted"] == []
+    assert section["containers"][0]["device_ids"] == ["GPU-1"]
+
+
+def test_no_runtime_socket_is_not_checked_and_a_refusing_runtime_is_the_error(
+    kubelet, runtime, tmp_path
+):
+    _, path = kubelet
+    cri, socket_path = runtime
+    assert pod_resources.section(str(path), str(tmp_path / "none.sock"))["unlisted"] is None
+    assert "unlisted" not in pod_resources.section(str(path))
+    cri.abort = (grpc.StatusCode.UNIMPLEMENTED, "unknown service runtime.v1.RuntimeService")
+    section = pod_resources.section(str(path), str(socket_path), sync=5.0)
+    assert section["unlisted"] == {
+        "error": f"{socket_path}: {socket_path} answered gRPC status 12: "
+        "unknown service runtime.v1.RuntimeService"
+    }
+
+
+def test_the_settle_waits_while_the_kubelet_does_not_list_the_runtimes_pods(kubelet, runtime):
+    server, path = kubelet
+    cri, socket_path = runtime
+    cri.sandboxes = [("ml", "train", 0)]
+    assert settle.unlisted(str(path), str(socket_path)) == [
+        "the kubelet does not list pods the runtime runs: ml/train"
+    ]
+    server.pod("train", "ml", {"main": {}})
+    assert settle.unlisted(str(path), str(socket_path)) == []
+    # A kubelet without the v1 API, or a runtime that does not answer: nothing to compare, no
+    # wait (verify names the API that fails).
+    server.abort = (grpc.StatusCode.UNIMPLEMENTED, "unknown service v1.PodResourcesLister")
+    assert settle.unlisted(str(path), str(socket_path)) == []
+    server.abort, cri.abort = None, (grpc.StatusCode.UNAVAILABLE, "starting")
+    server.answer.Clear()
+    assert settle.unlisted(str(path), str(socket_path)) == []

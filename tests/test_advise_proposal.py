@@ -11,6 +11,7 @@ from advise_week import article_cluster, whole_card_cluster, write_prometheus
 from click.testing import CliRunner
 
 from gpuprov.cli import main
+from gpuprov.core.catalog import find_model
 
 HOURLY = 3600.0
 WEEK_SCRAPES = 7 * 24 + 1
@@ -92,8 +93,6 @@ def test_every_share_holds_its_workloads_peak_plus_headroom_as_the_plan_reads_it
         elif host["mode"] == "mig":
             [gpu] = [g for g in host["gpus"] if g["index"] == placed["gpus"][0]]
             assert placed["slot"] in gpu["layout"]
-            from gpuprov.core.catalog import find_model
-
             assert find_model("A100-80GB").profile(placed["slot"]).memory_mib >= need
         checked += 1
     assert checked == len(report["workloads"]) == 193
@@ -151,6 +150,53 @@ def test_overcommit_sizes_shares_by_the_percentile_not_the_peak(tmp_path):
         assert b["demand_mib"] == -((-b["memory_high_mib"] * 110) // 100)
         assert b["demand_mib"] < a["demand_mib"] or b["memory_high_mib"] == b["memory_peak_mib"]
     assert loose["summary"]["gpus"]["proposed"] <= peak["summary"]["gpus"]["proposed"]
+
+
+@pytest.mark.parametrize("headroom,percentile", [(0, 50), (35, 90)])
+def test_headroom_and_percentile_size_each_share_as_the_options_say(tmp_path, headroom, percentile):
+    cluster = article_cluster(jobs=0, mid=24, churned=0, services=0)
+    path = tmp_path / "week.prom"
+    write_prometheus(path, cluster, WEEK_SCRAPES, HOURLY)
+    options = ["--headroom", str(headroom), "--percentile", str(percentile), "--format", "json"]
+    peak = json.loads(advise(str(path), *options)[1])
+    loose = json.loads(advise(str(path), *options, "--allow-overcommit")[1])
+    assert peak["sizing"] == loose["sizing"] | {"allow_overcommit": False}
+    assert peak["sizing"]["headroom_percent"] == headroom
+    assert peak["sizing"]["percentile"] == percentile
+    default = json.loads(advise(str(path), "--format", "json")[1])
+    for a, b, d in zip(peak["workloads"], loose["workloads"], default["workloads"], strict=True):
+        assert a["demand_mib"] == -((-a["memory_peak_mib"] * (100 + headroom)) // 100)
+        assert b["demand_mib"] == -((-b["memory_high_mib"] * (100 + headroom)) // 100)
+        # The percentile asked for, of the same samples: at most the peak, at most the p99.
+        assert b["memory_high_mib"] <= d["memory_high_mib"] <= d["memory_peak_mib"]
+        assert a["memory_peak_mib"] == d["memory_peak_mib"]
+    # Less memory per share never needs more GPUs.
+    assert loose["summary"]["gpus"]["proposed"] <= peak["summary"]["gpus"]["proposed"]
+    if headroom < 10:
+        assert peak["summary"]["gpus"]["proposed"] <= default["summary"]["gpus"]["proposed"]
+    else:
+        assert peak["summary"]["gpus"]["proposed"] >= default["summary"]["gpus"]["proposed"]
+
+
+def test_the_summary_spreads_the_same_use_over_fewer_gpus(week):
+    _, _, report = week
+    summary, rows = report["summary"], report["workloads"]
+    now, proposed = summary["gpus"]["now"], summary["gpus"]["proposed"]
+    # Each workload's mean use while it ran, times the share of the window it ran: the same
+    # total before and after, over the GPUs that held it then and those of the proposal.
+    compute = sum(w["compute_mean"] * w["gpus"] * w["duty"] for w in rows)
+    memory = sum(w["memory_mean_mib"] * w["gpus"] * w["duty"] for w in rows)
+    card = find_model("A100-80GB").memory_mib
+    shown = summary["compute_per_gpu_percent"]
+    assert shown["workloads_unmeasured"] == 0
+    assert shown["before"] == pytest.approx(100 * compute / now, abs=0.1)
+    assert shown["after"] == pytest.approx(100 * compute / proposed, abs=0.1)
+    assert shown["after"] / shown["before"] == pytest.approx(now / proposed, rel=0.01)
+    memory_shown = summary["memory_per_gpu_percent"]
+    assert memory_shown["before"] == pytest.approx(100 * memory / (now * card), abs=0.1)
+    assert memory_shown["after"] == pytest.approx(100 * memory / (proposed * card), abs=0.1)
+    # What the shares set aside is at least what the workloads use on average.
+    assert memory_shown["reserved_after"] >= memory_shown["after"]
 
 
 def test_the_table_report_names_the_numbers_and_the_whole_card_workloads(week):

@@ -25,6 +25,13 @@ def plugin_process():
     """A process that the host shows as NVIDIA's device plugin (its first argument's file
     name), as a DaemonSet's or systemd's plugin shows."""
     process = subprocess.Popen(["/usr/bin/nvidia-device-plugin", "60"], executable="sleep")
+    # Popen returns once the child is forked, maybe before its exec: until then /proc shows the
+    # parent's command line.
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while not cmdline.read_bytes().startswith(b"/usr/bin/nvidia-device-plugin\0"):
+        assert time.monotonic() < deadline, cmdline.read_bytes()
+        time.sleep(0.01)
     yield process
     process.kill()
     process.wait()

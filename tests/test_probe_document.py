@@ -261,6 +261,18 @@ CASES = {
         lambda d: d["pod_resources"]["containers"][0].update(device_ids="GPU-0"),
         "pod_resources.containers[0].device_ids: a string, not a list",
     ),
+    "unlisted pods that are a string": (
+        lambda d: d["pod_resources"].update(unlisted="ns/p"),
+        "pod_resources.unlisted: a string, not a list",
+    ),
+    "an unlisted pod that is a number": (
+        lambda d: d["pod_resources"].update(unlisted=["ns/p", 7]),
+        "pod_resources.unlisted[1]: 7 is not a non-empty string",
+    ),
+    "an unknown key beside unlisted": (
+        lambda d: d["pod_resources"].update(unlisted=[], missing=[]),
+        'pod_resources: unknown key "missing"',
+    ),
     "pod-resources rows that are an object": (
         lambda d: d["pod_resources"].update(containers={"p": 1}),
         "pod_resources.containers: a mapping, not a list",
@@ -314,3 +326,8 @@ def test_a_probe_without_the_files_the_checks_need_is_a_finding():
     [finding] = missing_files("h", checked, wanted, "python3 agent.pyz probe ...")
     assert finding.found == "no files section" and "python3 agent.pyz probe" in finding.hint
     assert missing_files("h", checked, Wanted(), "") == []
+
+
+@pytest.mark.parametrize("unlisted", [[], ["ml/train"], None, {"error": "no answer"}])
+def test_each_form_of_the_unlisted_pods_passes(unlisted):
+    assert edited(lambda d: d["pod_resources"].update(unlisted=unlisted)) == []

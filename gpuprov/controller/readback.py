@@ -49,7 +49,7 @@ from gpuprov.core.checks.host import (
 )
 from gpuprov.core.findings import Finding
 from gpuprov.core.plan import HostPlan
-from gpuprov.host.contract import POD_RESOURCES_SOCKET, SNAPSHOT_SUFFIX
+from gpuprov.host.contract import CRI_SOCKETS, POD_RESOURCES_SOCKET, SNAPSHOT_SUFFIX
 
 # pyinfra's API runs each host in a greenlet. As pyinfra's own CLI does (pyinfra_cli/__init__.py),
 # make blocking I/O cooperative: otherwise paramiko's blocking reads stop gevent's hub, and a host
@@ -97,6 +97,9 @@ def fact_arguments(
         "pod_resources": POD_RESOURCES_SOCKET
         if pod_resources or kubelet_devices_dir(plan)
         else None,
+        # ... read once the kubelet names every pod the runtime runs (right after a kubelet
+        # restart it names none for a moment).
+        "runtime": CRI_SOCKETS[plan.runtime.container_runtime],
     }
 
 

@@ -133,6 +133,18 @@ POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 POD_RESOURCES_CONTAINERS_MAX = 4096
 # Seconds the probe waits for the kubelet's answer (a local call; it answers in milliseconds).
 POD_RESOURCES_TIMEOUT_S = 10.0
+# Seconds the probe waits for the kubelet to name every pod the container runtime runs: right
+# after a restart its pod-resources List names none until it has taken the API server's pods
+# (about 1 s in the lab; gpuprov.host.kubelet.runtime_pods). Beyond it the probe says which.
+POD_RESOURCES_SYNC_S = 30.0
+# The container runtime's CRI socket, by `container_runtime`: kubeadm's defaults
+# (kubernetes v1.34.4 cmd/kubeadm/app/constants/constants_unix.go CRISocketContainerd,
+# CRISocketDocker; /var/run is /run on Debian): containerd serves the CRI on its main socket,
+# Docker Engine through cri-dockerd.
+CRI_SOCKETS = {
+    "containerd": "/run/containerd/containerd.sock",
+    "docker": "/run/cri-dockerd.sock",
+}
 # The most socket names the probe lists in the directory (one per resource a plugin serves).
 DEVICE_PLUGIN_SOCKETS_MAX = 256
 

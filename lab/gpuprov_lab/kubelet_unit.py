@@ -26,6 +26,7 @@ import yaml
 
 from gpuprov.host.contract import (
     CONTAINERD_UNIT,
+    CRI_SOCKETS,
     KERNEL_LOG_PATH,
     KUBELET_CONFIG_PATH,
     KUBELET_UNIT,
@@ -37,7 +38,7 @@ CLIENT_CA = "/etc/kubernetes/pki/ca.crt"  # the lab CA: who may call the kubelet
 CONFIG_DIR = "/etc/kubernetes/kubelet.conf.d"  # gpuprov's drop-in goes here (kubelet_config_dir)
 UNIT = f"/etc/systemd/system/{KUBELET_UNIT}"
 CNI_CONFIG = "/etc/cni/net.d/10-gpuprov-lab.conflist"
-CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
+CONTAINERD_SOCKET = f"unix://{CRI_SOCKETS['containerd']}"  # the socket gpuprov's probe asks too
 
 # The values the kubelet insists on (kubernetes pkg/kubelet/cm/container_manager_linux.go,
 # setupKernelTunables): it reads each and writes it when different. /proc/sys is read-only in an

@@ -10,7 +10,9 @@ With those two pods and one without a GPU running, and 20 shares on the shared h
 - GPU 5 re-laid (two 3g.40gb) in the same deploy as the shared host's replicas 4 -> 2: the GPU 5
   pod is evicted, the other two keep running (same UID, no restart), the node advertises GPU 5's
   new devices; on the shared host no share is evicted or restarted, the plugin advertises 16
-  and the kubelet keeps all 20 allocations, which verify names as beyond the planned capacity;
+  and the kubelet keeps all 20 allocations (read at once after the deploy: its settle waited
+  until the kubelet, restarted for maxPods, names the pods containerd runs again), which verify
+  names as beyond the planned capacity;
   without them verify exits 0;
 - ``drain_scope: node``: every pod of the node is evicted (``kubectl drain``).
 
@@ -26,7 +28,7 @@ import time
 import pytest
 from gpuprov_lab.images import sleeper
 
-from gpuprov.host.contract import AGENT_PATH, POD_RESOURCES_SOCKET
+from gpuprov.host.contract import AGENT_PATH, CRI_SOCKETS, POD_RESOURCES_SOCKET
 
 pytestmark = pytest.mark.lab
 
@@ -146,10 +148,21 @@ def test_gpu_5_relaid_evicts_only_its_pod_and_lower_replicas_evict_no_share(drai
         SETTLE,
         "GPU 5's two 3g.40gb, and 8 x 2 shares",
     )
-    # The kubelet keeps all 20 allocations, some on replicas the plugin no longer has ...
+    # The kubelet keeps all 20 allocations, some on replicas the plugin no longer has. The
+    # kubelet restarted for the new maxPods and names no pod for about a second after: read at
+    # once, with no wait of the probe's own, this shows that the deploy's settle waited for it.
     document = json.loads(
         lab.run(SHARED, f"python3 {AGENT_PATH} probe --pod-resources {POD_RESOURCES_SOCKET}").stdout
     )
+    # ... and it names every pod whose sandbox containerd has ready (containerd's own CRI).
+    whole = json.loads(
+        lab.run(
+            SHARED,
+            f"python3 {AGENT_PATH} probe --pod-resources {POD_RESOURCES_SOCKET} "
+            f"--runtime {CRI_SOCKETS['containerd']}",
+        ).stdout
+    )
+    assert whole["pod_resources"]["unlisted"] == [], whole["pod_resources"]["unlisted"]
     given = [
         device
         for row in document["pod_resources"]["containers"]

@@ -14,6 +14,7 @@ from gpuprov.controller.deploys.view import HostView
 from gpuprov.controller.limits import DRAIN_MARGIN
 from gpuprov.controller.operations import kube
 from gpuprov.core.disruption import Touched, described, taken
+from gpuprov.host.contract import CRI_SOCKETS
 
 
 def node_name(view: HostView) -> str:
@@ -52,6 +53,7 @@ def drain(view: HostView, reasons: list[str], touched: Sequence[Touched], reboot
         timeout=plan.node.drain_timeout,
         agent_path=plan.agent.gpuprov_agent_path,
         python=plan.agent.gpuprov_python,
+        runtime=CRI_SOCKETS[plan.runtime.container_runtime],
         _timeout=limit,
     )
 

@@ -16,7 +16,7 @@ from pyinfra.operations import server
 from gpuprov.controller.deploys.view import HostView, Watch, changed, ensure_file
 from gpuprov.core.hostfiles import device_plugin as config
 from gpuprov.core.plan import HostPlan
-from gpuprov.host.contract import KUBELET_DEVICE_PLUGIN_DIR
+from gpuprov.host.contract import CRI_SOCKETS, KUBELET_DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
 
 
 def watch(plan: HostPlan) -> Watch:
@@ -101,6 +101,10 @@ def settled(view: HostView, restarts: Sequence[OperationMeta | None]) -> None:
                     f"--dir={KUBELET_DEVICE_PLUGIN_DIR}",
                     *wants,
                     f"--timeout={timeout}",
+                    # ... and the kubelet lists its pods again, so that verify's count of the
+                    # devices they hold is whole.
+                    f"--pod-resources={POD_RESOURCES_SOCKET}",
+                    f"--runtime={CRI_SOCKETS[plan.runtime.container_runtime]}",
                 ]
             )
         ],

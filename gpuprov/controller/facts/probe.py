@@ -121,6 +121,8 @@ class VerifyProbe(AgentProbe):
     + packages: Debian package names or dpkg-query patterns: installed version and hold
     + units: systemd units: enabled and active
     + pod_resources: the kubelet's pod-resources socket: every pod's devices (``List``)
+    + runtime: with pod_resources, the container runtime's CRI socket: the pods it runs that
+      the kubelet does not list yet (``unlisted``), after waiting for them a while
 
     .. code:: python
 
@@ -132,7 +134,8 @@ class VerifyProbe(AgentProbe):
               "pod_resources": {"socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
                                 "containers": [{"pod": "p", "namespace": "ns", "container": "c",
                                                 "resource": "nvidia.com/gpu",
-                                                "device_ids": ["GPU-…"]}]}}
+                                                "device_ids": ["GPU-…"]}],
+                                "unlisted": []}}
     """
 
     @override
@@ -149,6 +152,7 @@ class VerifyProbe(AgentProbe):
         units: Sequence[str] = (),
         critical_xids: str | None = None,
         pod_resources: str | None = None,
+        runtime: str | None = None,
     ) -> StringCommand:
         extra = ["--containerd", QuoteString(containerd)] if containerd else []
         if health:
@@ -163,4 +167,6 @@ class VerifyProbe(AgentProbe):
             extra += ["--unit", QuoteString(unit)]
         if pod_resources:
             extra += ["--pod-resources", QuoteString(pod_resources)]
+            if runtime:
+                extra += ["--runtime", QuoteString(runtime)]
         return self._command(agent_path, python, files, globs, extra)

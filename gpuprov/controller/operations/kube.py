@@ -23,7 +23,12 @@ from gpuprov.controller.facts.probe import VerifyProbe
 from gpuprov.core.checks import probe_document
 from gpuprov.core.cluster.budgets import holding
 from gpuprov.core.disruption import Holder, device_gpus, holders
-from gpuprov.host.contract import AGENT_PATH, POD_RESOURCES_SOCKET, SUC_CONTROLLER_LABEL
+from gpuprov.host.contract import (
+    AGENT_PATH,
+    POD_RESOURCES_SOCKET,
+    POD_RESOURCES_SYNC_S,
+    SUC_CONTROLLER_LABEL,
+)
 
 # How often the drain of touched GPUs evicts again (a refusal is answered 429) and reads the
 # kubelet's pod-resources on the host: each round is one probe on the host.
@@ -146,6 +151,21 @@ def _holders(
         return []  # no kubelet socket: no pod holds anything
     if not isinstance(rows, list):
         return f"the kubelet's pod-resources API: {rows.get('error')}"
+    # A kubelet that does not list every pod the runtime runs (it restarted moments ago) would
+    # show a held GPU as free.
+    unlisted = section.get("unlisted")
+    if isinstance(unlisted, list) and unlisted:
+        shown = ", ".join(unlisted[:8]) + (", ..." if len(unlisted) > 8 else "")
+        return (
+            f"the kubelet does not list {len(unlisted)} pods the container runtime runs "
+            f"({shown}) after {POD_RESOURCES_SYNC_S:.0f} s"
+        )
+    if isinstance(unlisted, dict):
+        host.log(
+            f"cannot check that the kubelet lists every pod ({unlisted['error']}); "
+            "taking its list as it is",
+            logger.warning,
+        )
     return holders(rows, devices, device_gpus({"gpus": checked.gpus}))
 
 
@@ -247,6 +267,7 @@ def gpus_drained(
     timeout: int = 300,
     agent_path: str = AGENT_PATH,
     python: str = "python3",
+    runtime: str | None = None,
 ):
     """
     Cordon the node and evict only the pods that hold one of ``devices``, then wait until the
@@ -258,6 +279,8 @@ def gpus_drained(
     + timeout: seconds the evictions (retried while a disruption budget refuses) and the wait
       may take
     + agent_path, python: the host agent, whose probe reads the kubelet's pod-resources
+    + runtime: the container runtime's CRI socket: the kubelet's list is taken only once it
+      names every pod the runtime runs (nothing is changed otherwise)
 
     **Example:**
 
@@ -271,7 +294,9 @@ def gpus_drained(
         for k, v in (host.current_op_global_arguments or {}).items()
         if k in CONNECTOR_ARGUMENT_KEYS
     }
-    command = VerifyProbe().command(agent_path, python, pod_resources=POD_RESOURCES_SOCKET)
+    command = VerifyProbe().command(
+        agent_path, python, pod_resources=POD_RESOURCES_SOCKET, runtime=runtime
+    )
     probe = (command, agent_path, python)
     yield FunctionCommand(
         _drain_gpus, (kubeconfig, node, timeout, sorted(devices), probe, connector), {}

@@ -23,7 +23,14 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuprov.core.checks import gpus, kubelet_devices, packages, shares_in_use, units
+from gpuprov.core.checks import (
+    gpus,
+    kubelet_devices,
+    kubelet_pods,
+    packages,
+    shares_in_use,
+    units,
+)
 from gpuprov.core.checks import health as health_check
 from gpuprov.core.checks.probe_document import ProbeDocument, missing_files, read
 from gpuprov.core.findings import Finding
@@ -170,6 +177,7 @@ def compare(plan: HostPlan, observed: Any, health: bool = True) -> list[Finding]
             plan, "kubelet devices", lambda: kubelet_devices.check(plan, probe, command)
         )
     findings += _guarded(plan, "shares in use", lambda: shares_in_use.check(plan, probe))
+    findings += _guarded(plan, "kubelet pods", lambda: kubelet_pods.check(plan, probe))
     findings += _guarded(plan, "packages", lambda: packages.check(plan, probe, command))
     findings += _guarded(plan, "units", lambda: units.check(plan, probe, command))
     missing = missing_files(plan.name, probe, wanted_files(plan), command)

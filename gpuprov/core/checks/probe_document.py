@@ -102,6 +102,10 @@ _PACKAGE = {"version": (str, type(None)), "held": (bool,)}
 # resource's at most 63 + a 253-character prefix); a device id is the plugin's (no limit in the
 # API; NVIDIA's are < 64), bounded here by MAX_DEVICE_ID, each row by MAX_DEVICE_IDS.
 _POD_RESOURCES = ("socket", "containers")
+# "unlisted": the pods (namespace/name) the container runtime runs that the kubelet's List does
+# not name (gpuprov.host.kubelet.runtime_pods); absent when not asked, None without a runtime
+# socket, {"error": why} when the runtime did not answer.
+_POD_RESOURCES_OPTIONAL = ("unlisted",)
 _POD_ROW = ("pod", "namespace", "container", "resource", "device_ids")
 MAX_KUBE_NAME = 317
 MAX_DEVICE_ID = 256
@@ -134,7 +138,8 @@ class ProbeDocument:
     # {unit: {"enabled": str, "active": str}} or {"error": why}; None when not read
     units: Mapping[str, Any] | None = None
     # {"socket": path, "containers": [{"pod", "namespace", "container", "resource",
-    # "device_ids"}] | None (no socket) | {"error": why}}; None when not read
+    # "device_ids"}] | None (no socket) | {"error": why}, "unlisted": ["ns/pod"] | None |
+    # {"error": why} (only when asked)}; None when not read
     pod_resources: Mapping[str, Any] | None = None
 
 
@@ -330,9 +335,17 @@ class _Schema:
     def pod_resources(self, section: Any) -> None:
         """The kubelet's pod-resources List as the probe reports it."""
         where = "pod_resources"
-        if not self.keys(where, section, _POD_RESOURCES):
+        if not self.keys(where, section, _POD_RESOURCES, _POD_RESOURCES_OPTIONAL):
             return
         self.string(f"{where}.socket", section.get("socket"), empty=False, longest=MAX_PATH)
+        unlisted = section.get("unlisted")
+        if (
+            unlisted is not None
+            and not _unread(unlisted)
+            and self.listed(f"{where}.unlisted", unlisted, POD_RESOURCES_CONTAINERS_MAX)
+        ):
+            for n, pod in enumerate(unlisted):
+                self.string(f"{where}.unlisted[{n}]", pod, empty=False, longest=2 * MAX_KUBE_NAME)
         rows = section.get("containers")
         if rows is None or _unread(rows):
             return

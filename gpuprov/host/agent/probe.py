@@ -73,6 +73,7 @@ def probe(
     units: Sequence[str] = (),
     critical_xids: Sequence[int] = xid.DEFAULT_CRITICAL,
     pod_resources_socket: str | None = None,
+    runtime_socket: str | None = None,
 ) -> dict[str, Any]:
     """The probe document for this host; ``files``/``globs`` add a ``files`` section,
     ``containerd`` (the main config's path) a ``containerd`` section: what containerd says
@@ -82,7 +83,8 @@ def probe(
     ``kubelet_devices_dir`` (the kubelet's device-plugin directory) a ``kubelet_devices``
     section (``read_kubelet_devices``); ``packages`` (names or dpkg-query patterns) a
     ``packages`` section and ``units`` a ``units`` section; ``pod_resources_socket`` (the
-    kubelet's pod-resources socket) a ``pod_resources`` section (``pod_resources.section``).
+    kubelet's pod-resources socket) a ``pod_resources`` section (``pod_resources.section``),
+    checked against the pods the container runtime at ``runtime_socket`` (its CRI socket) runs.
 
     >>> probe()["nvml"]            # on a machine without libnvidia-ml  # doctest: +SKIP
     'library-not-found'
@@ -126,7 +128,7 @@ def probe(
         # costs every probe about 0.1 CPU-s to import.
         from gpuprov.host.kubelet import pod_resources
 
-        document["pod_resources"] = pod_resources.section(pod_resources_socket)
+        document["pod_resources"] = pod_resources.section(pod_resources_socket, runtime_socket)
     return document
 
 
@@ -267,6 +269,12 @@ def _parser() -> argparse.ArgumentParser:
         help="include every pod's devices as the kubelet's pod-resources API at SOCKET lists "
         "them (v1 List)",
     )
+    parser.add_argument(
+        "--runtime",
+        metavar="SOCKET",
+        help="with --pod-resources: wait until the kubelet lists every pod the container "
+        "runtime's CRI at SOCKET runs, and name those it does not",
+    )
     parser.add_argument("--format", choices=["json"], default="json", help="output format")
     return parser
 
@@ -302,6 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         units=options.unit,
         critical_xids=options.critical_xids,
         pod_resources_socket=options.pod_resources,
+        runtime_socket=options.runtime,
     )
     print(json.dumps(document, indent=2))
     return 0
