@@ -434,3 +434,16 @@ def test_the_settle_waits_while_the_kubelet_does_not_list_the_runtimes_pods(kube
     server.abort, cri.abort = None, (grpc.StatusCode.UNAVAILABLE, "starting")
     server.answer.Clear()
     assert settle.unlisted(str(path), str(socket_path)) == []
+
+
+def test_the_settle_waits_for_a_restarted_kubelet_that_does_not_serve_yet(runtime, tmp_path):
+    # Measured in the lab: the deploy's settle ran 0.3 s after a kubelet restart, while the
+    # kubelet's pod-resources socket was there but refused connections.
+    cri, socket_path = runtime
+    cri.sandboxes = [("ml", "train", 0)]
+    path = tmp_path / "pod-resources.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))  # the file, nobody accepting: a refused connection once closed
+    listener.close()
+    (said,) = settle.unlisted(str(path), str(socket_path), timeout=2.0)
+    assert said.startswith(f"the kubelet's pod-resources API: cannot connect to {path}"), said

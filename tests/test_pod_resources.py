@@ -24,4 +24,4 @@ def test_the_reader_against_a_real_grpc_server_in_an_interpreter_without_gevent(
         cwd=CASES.parents[1],
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "14 passed" in result.stdout.splitlines()[-1], result.stdout[-2000:]
+    assert "15 passed" in result.stdout.splitlines()[-1], result.stdout[-2000:]

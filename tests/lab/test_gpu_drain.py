@@ -47,6 +47,7 @@ BEFORE = {
     "nvidia.com/mig-2g.20gb": "6",
     "nvidia.com/mig-1g.10gb": "12",
 }
+SHARED_BEFORE = {"nvidia.com/gpu.shared": "32"}
 AFTER = {**{k: v for k, v in BEFORE.items() if "7g" not in k}, "nvidia.com/mig-3g.40gb": "8"}
 
 
@@ -76,7 +77,13 @@ def drain_lab(lab, tmp_path_factory):
     try:
         lab.deploy(inventories["before"])
         lab.kube_apply(inventories["before"])
-        lab.wait_nodes(lambda n: _gpus(n[MIG]) == BEFORE, SETTLE, "GPU 0's 4g and GPU 5's 7g")
+        # Both nodes as planned before any pod is bound to them by name (a module before may
+        # have left the shared host's plugin re-registering: a pod bound then fails admission).
+        lab.wait_nodes(
+            lambda n: _gpus(n[MIG]) == BEFORE and _gpus(n[SHARED]) == SHARED_BEFORE,
+            SETTLE,
+            "GPU 0's 4g and GPU 5's 7g, and 8 x 4 shares",
+        )
         made = lab.kubectl("create", "namespace", NAMESPACE)
         assert made.returncode == 0, made.stderr
         _wait(lambda: lab.kubectl("-n", NAMESPACE, "get", "serviceaccount/default").returncode == 0)
@@ -148,6 +155,14 @@ def test_gpu_5_relaid_evicts_only_its_pod_and_lower_replicas_evict_no_share(drai
         SETTLE,
         "GPU 5's two 3g.40gb, and 8 x 2 shares",
     )
+    # Still running, not only still there: a kubelet that rejected a pod when it restarted
+    # (UnexpectedAdmissionError) keeps its UID and restart count.
+    phases = {
+        p["metadata"]["name"]: p["status"].get("phase")
+        for p in _pods(lab)
+        if not p["metadata"].get("deletionTimestamp")
+    }
+    assert set(phases.values()) == {"Running"}, (phases, lab.pods_not_running(NAMESPACE))
     # The kubelet keeps all 20 allocations, some on replicas the plugin no longer has. The
     # kubelet restarted for the new maxPods and names no pod for about a second after: read at
     # once, with no wait of the probe's own, this shows that the deploy's settle waited for it.
@@ -163,13 +178,8 @@ def test_gpu_5_relaid_evicts_only_its_pod_and_lower_replicas_evict_no_share(drai
         ).stdout
     )
     assert whole["pod_resources"]["unlisted"] == [], whole["pod_resources"]["unlisted"]
-    given = [
-        device
-        for row in document["pod_resources"]["containers"]
-        if row["namespace"] == NAMESPACE
-        for device in row["device_ids"]
-    ]
-    assert len(given) == SHARES, given
+    given = _shares_held(document)
+    assert len(given) == SHARES, (given, _shares_held(whole), lab.run(SHARED, _JOURNAL).stdout)
     assert any(int(d.rsplit("::", 1)[1]) >= 2 for d in given), given
     # ... and verify names the pods beyond the planned capacity.
     lab.kube_apply(inventories["after"])
@@ -205,6 +215,22 @@ def test_drain_scope_node_evicts_every_pod_of_the_node(drain_lab):
 
 
 # --- helpers
+
+# What the kubelet said about its restart and the shares' devices, for a failure's message.
+_JOURNAL = (
+    "journalctl -u kubelet --since -3min --no-pager | grep -E "
+    "'Started kubelet|SyncLoop ADD|checkpoint|devicemanager|Pods to be removed|dmission' "
+    "| cut -c1-400 | tail -40"
+)
+
+
+def _shares_held(document: dict) -> list[str]:
+    return [
+        device
+        for row in document["pod_resources"]["containers"]
+        if row["namespace"] == NAMESPACE
+        for device in row["device_ids"]
+    ]
 
 
 def _gpus(node: dict) -> dict[str, str]:

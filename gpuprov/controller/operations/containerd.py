@@ -11,13 +11,14 @@ import time
 
 import gevent
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand, operation
+from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from gpuprov.controller.facts.containerd import ContainerdState
 from gpuprov.controller.facts.files import FileStates
 from gpuprov.controller.operations.files import commit, is_current, temp_path
 from gpuprov.controller.operations.refuse import refuse
+from gpuprov.controller.operations.upload import Upload
 from gpuprov.core.hostfiles import containerd as hostfile
 from gpuprov.core.hostfiles.documents import ParseError, parse
 from gpuprov.host import containerd_state
@@ -101,7 +102,7 @@ def nvidia_runtime(path: str = CONTAINERD_CONFIG_PATH, default: bool = True):
     source = parse("toml", state["source"]["text"])
     release = hostfile.runtime_version(state["version"]["text"])
     for text, temp in ((main_text, temp_path(path)), (drop_in_text, candidate_path(path))):
-        yield FileUploadCommand(
+        yield Upload(
             io.BytesIO(text.encode()), temp, remote_temp_filename=host.get_temp_filename(temp)
         )
     yield FunctionCommand(_prove, (path, source, list(release), default, connector), {})

@@ -23,6 +23,7 @@ from pyinfra.api.util import format_text
 from pyinfra.operations.util.files import generate_color_diff
 
 from gpuprov.controller.facts.files import FileState, FileStates
+from gpuprov.controller.operations.upload import Upload
 from gpuprov.host.contract import file_record_path
 
 OWNER = "root"
@@ -85,7 +86,7 @@ def atomic(
     """
     for command in commands:
         if isinstance(command, FileUploadCommand):
-            yield FileUploadCommand(
+            yield Upload(
                 command.src,
                 temp_path(command.dest),
                 remote_temp_filename=command.remote_temp_filename,
@@ -164,7 +165,7 @@ def replace(
     data = content.encode() if isinstance(content, str) else content
     if current is None:
         yield StringCommand("mkdir", "-p", shlex.quote(posixpath.dirname(dest)))
-    yield FileUploadCommand(
+    yield Upload(
         io.BytesIO(data), temp_path(dest), remote_temp_filename=host.get_temp_filename(dest)
     )
     yield commit(dest, mode, validate)

@@ -36,6 +36,11 @@ class GrpcError(Exception):
     """The call did not give one message with status OK; the message says why."""
 
 
+class GrpcStatusError(GrpcError):
+    """The server answered, with a status other than OK (the method is not served, refused):
+    unlike a socket nobody listens on yet, asking again will not change it."""
+
+
 def call(path: str, method: str, request: bytes, timeout: float, max_bytes: int = 4 << 20) -> bytes:
     """The response message of unary ``method`` (``/package.Service/Method``) given the
     serialized ``request``, from the server on unix socket ``path``; at most ``timeout``
@@ -119,10 +124,10 @@ def _framed(message: bytes) -> bytes:
 def _message(path: str, headers: dict[str, str], body: bytes) -> bytes:
     """The one message of a finished call; GrpcError for a status other than OK."""
     if headers.get(":status") != "200":
-        raise GrpcError(f"{path} answered HTTP status {headers.get(':status')}")
+        raise GrpcStatusError(f"{path} answered HTTP status {headers.get(':status')}")
     status = headers.get("grpc-status")
     if status != str(GRPC_OK):
-        raise GrpcError(
+        raise GrpcStatusError(
             f"{path} answered gRPC status {status}: {headers.get('grpc-message', '')[:200]}"
         )
     if len(body) < _PREFIX or body[0] != 0:

@@ -147,25 +147,36 @@ def _unregistered(directory: str, checkpoint: str, names: list[str]) -> list[str
     return [f"{n} is newer than the checkpoint (not registered yet)" for n in newer]
 
 
-def unlisted(pod_resources_socket: str, runtime: str) -> list[str]:
-    """Why the kubelet's pod list is not whole yet: it does not name every pod the container
-    runtime at ``runtime`` runs (right after a restart it names none for a moment); [] when it
-    names them all, or when there is nothing to compare (no socket, or either call fails: the
-    devices, waited for before this, show the kubelet serves; verify reports a pod-resources
-    API that does not answer).
+def unlisted(pod_resources_socket: str, runtime: str, timeout: float = 10.0) -> list[str]:
+    """Why the kubelet's pod list is not whole yet: its pod-resources API does not answer yet
+    (it has just restarted), or it does not name every pod the container runtime at
+    ``runtime`` runs (for about a second after a restart it names none); [] when it names them
+    all, or when there is nothing to compare (no socket; a kubelet that answers without the v1
+    ``List``; a runtime that does not answer: verify names those).
 
     >>> unlisted("/nonexistent/kubelet.sock", "/nonexistent/containerd.sock")
     []
     """
-    # Imported here: the HTTP/2 stack the call speaks gRPC with costs about 0.1 CPU-s.
-    from gpuprov.host.kubelet import pod_resources
+    # Imported here: the HTTP/2 stack the calls speak gRPC with costs about 0.1 CPU-s.
+    from gpuprov.host.kubelet import grpc_unary, pod_resources, protowire, runtime_pods
 
-    section = pod_resources.section(pod_resources_socket, runtime, sync=0)
-    pods = section.get("unlisted")
-    if not isinstance(section["containers"], list) or not isinstance(pods, list) or not pods:
+    if not (os.path.exists(pod_resources_socket) and os.path.exists(runtime)):
         return []
-    more = f", and {len(pods) - 8} more" if len(pods) > 8 else ""
-    return [f"the kubelet does not list pods the runtime runs: {', '.join(pods[:8])}{more}"]
+    try:
+        pods = set(pod_resources.read(pod_resources_socket, timeout).pods)
+    except (grpc_unary.GrpcStatusError, protowire.WireError):
+        return []
+    except grpc_unary.GrpcError as e:  # a restarted kubelet's socket before it serves
+        return [f"the kubelet's pod-resources API: {e}"]
+    try:
+        running = runtime_pods.running(runtime, timeout)
+    except (grpc_unary.GrpcError, protowire.WireError):
+        return []
+    left = sorted(set(running) - pods)
+    if not left:
+        return []
+    more = f", and {len(left) - 8} more" if len(left) > 8 else ""
+    return [f"the kubelet does not list pods the runtime runs: {', '.join(left[:8])}{more}"]
 
 
 def wait(
