@@ -83,7 +83,7 @@ def section(
             listed = read(path, timeout)
         except (grpc_unary.GrpcError, protowire.WireError) as e:
             return {"socket": path, "containers": {"error": str(e)}}
-        unlisted = _unlisted(runtime, listed.pods, timeout)
+        unlisted = not_listed(runtime, listed.pods, timeout)
         if not unlisted or not isinstance(unlisted, list) or time.monotonic() >= deadline:
             break
         time.sleep(_POLL_S)
@@ -102,7 +102,10 @@ def read(path: str, timeout: float = POD_RESOURCES_TIMEOUT_S) -> Listed:
     return listed(grpc_unary.call(path, LIST, b"", timeout, _MAX_RESPONSE))
 
 
-def _unlisted(runtime: str | None, pods: list[str], timeout: float) -> Any:
+def not_listed(runtime: str | None, pods: list[str], timeout: float) -> Any:
+    """The pods (``namespace/name``) the container runtime at ``runtime`` runs that ``pods``
+    (the kubelet's list) does not name, sorted; None without a runtime socket, ``{"error": why}``
+    when the runtime does not answer."""
     if runtime is None or not os.path.exists(runtime):
         return None
     try:

@@ -158,22 +158,18 @@ def unlisted(pod_resources_socket: str, runtime: str, timeout: float = 10.0) -> 
     []
     """
     # Imported here: the HTTP/2 stack the calls speak gRPC with costs about 0.1 CPU-s.
-    from gpuprov.host.kubelet import grpc_unary, pod_resources, protowire, runtime_pods
+    from gpuprov.host.kubelet import grpc_unary, pod_resources, protowire
 
-    if not (os.path.exists(pod_resources_socket) and os.path.exists(runtime)):
+    if not os.path.exists(pod_resources_socket):
         return []
     try:
-        pods = set(pod_resources.read(pod_resources_socket, timeout).pods)
+        pods = pod_resources.read(pod_resources_socket, timeout).pods
     except (grpc_unary.GrpcStatusError, protowire.WireError):
         return []
     except grpc_unary.GrpcError as e:  # a restarted kubelet's socket before it serves
         return [f"the kubelet's pod-resources API: {e}"]
-    try:
-        running = runtime_pods.running(runtime, timeout)
-    except (grpc_unary.GrpcError, protowire.WireError):
-        return []
-    left = sorted(set(running) - pods)
-    if not left:
+    left = pod_resources.not_listed(runtime, pods, timeout)
+    if not isinstance(left, list) or not left:
         return []
     more = f", and {len(left) - 8} more" if len(left) > 8 else ""
     return [f"the kubelet does not list pods the runtime runs: {', '.join(left[:8])}{more}"]
