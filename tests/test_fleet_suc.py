@@ -60,12 +60,16 @@ def cluster():
         plane.stop()
 
 
-def apply(plane, tmp_path, replicas: int) -> None:
+def inventory(tmp_path, replicas: int, shared=SHARED, whole=WHOLE):
     directory = tmp_path / f"inv-{replicas}-{time.monotonic_ns()}"
     directory.mkdir()
-    path = write_inventory(
-        directory, INVENTORY.format(shared=SHARED, whole=WHOLE, replicas=replicas)
+    return write_inventory(
+        directory, INVENTORY.format(shared=shared, whole=whole, replicas=replicas)
     )
+
+
+def apply(plane, tmp_path, replicas: int, **pools) -> None:
+    path = inventory(tmp_path, replicas, **pools)
     result = CliRunner().invoke(
         main,
         ["kube", "apply", str(path), "--kubeconfig", str(plane.admin_kubeconfig), "--fleet",
@@ -189,3 +193,52 @@ def test_a_failed_job_leaves_its_node_without_the_new_label_and_the_others_done(
     assert labels[SHARED[1]].get(PLAN_LABEL + "gpuprov-shared") != latest, labels
     for node in (SHARED[0], SHARED[2]):
         assert labels[node][PLAN_LABEL + "gpuprov-shared"] == latest, labels
+
+
+def test_a_regrouped_node_gets_a_job_of_its_new_pool_only(cluster, tmp_path):
+    # SHARED[2] moves to the whole-card pool. `kube apply` writes the ConfigMaps and Plans, then
+    # patches the Nodes: in between, the node still carries the shared pool's labels while the
+    # shared Plan has a new version (its pool lost a node) whose ConfigMap no longer holds the
+    # node's document. Here that moment is held: the fleet objects alone, as `kube render
+    # --fleet` writes them, then the controller's Jobs; then `kube apply`, which patches the node.
+    run_plans(cluster)
+    moved = {"shared": SHARED[:2], "whole": WHOLE + SHARED[2:]}
+    out = tmp_path / "rendered"
+    rendered = CliRunner().invoke(
+        main,
+        ["kube", "render", str(inventory(tmp_path, 6, **moved)), "--fleet", "--image", IMAGE,
+         "--out", str(out)],
+    )  # fmt: skip
+    assert rendered.exit_code == 0, rendered.output
+    applied = cluster.kubectl(
+        "apply", "--server-side", "--field-manager=gpuprov", "--force-conflicts",
+        "-f", str(out / "fleet.yaml"),
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    seen, _ = run_plans(cluster)
+    # No Job for the moved node from the pool it is leaving, nor yet from the one it joins.
+    assert sorted(seen["gpuprov-shared"]) == SHARED[:2] and seen["gpuprov-whole-card"] == WHOLE
+    assert labelled(cluster, SHARED[2]) == "shared"
+
+    apply(cluster, tmp_path, 6, **moved)  # the node patched: now the whole-card Plan's
+    seen, _ = run_plans(cluster)
+    assert seen == {"gpuprov-whole-card": [SHARED[2]]}, seen
+    assert labelled(cluster, SHARED[2]) == "whole_card"
+    assert node_labels(cluster)[SHARED[2]][PLAN_LABEL + "gpuprov-whole-card"] == plan_hash(
+        cluster, "whole_card"
+    )
+
+    # The last shared hosts regrouped too: the shared pool's Plan and documents go with it.
+    apply(cluster, tmp_path, 6, shared=[], whole=WHOLE + SHARED)
+    for kind, name in (("plans.upgrade.cattle.io", "gpuprov-shared"),
+                       ("configmap", "gpuprov-fleet-shared")):  # fmt: skip
+        got = cluster.kubectl("get", "-n", FLEET_NAMESPACE, kind, name)
+        assert got.returncode != 0 and "NotFound" in got.stderr, (got.stdout, got.stderr)
+    seen, _ = run_plans(cluster)
+    assert list(seen) == ["gpuprov-whole-card"], seen
+    assert sorted(seen["gpuprov-whole-card"]) == sorted(WHOLE + SHARED), seen
+
+
+def labelled(plane, node: str) -> str:
+    """The pool label ``kube apply`` gives ``node``."""
+    return lab_consumers.get(plane, "node", node)["metadata"]["labels"]["gpuprov.io/pool"]

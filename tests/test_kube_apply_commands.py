@@ -252,6 +252,36 @@ def test_a_node_not_in_the_cluster_is_skipped_never_created(kubectl, setup):
     assert patched == ["gpu-1", "gpu-3"]
 
 
+def test_with_fleet_a_node_its_plan_cannot_select_is_named(kubectl, setup):
+    # A Plan selects nodes by kubernetes.io/hostname (SUC's identity of a node): one set by hand
+    # to something else leaves the node out of every Plan, so it is named; the rest goes on.
+    inventory, kubeconfig = setup
+    renamed = node("gpu-2")
+    renamed["metadata"]["labels"]["kubernetes.io/hostname"] = "gpu-2.lan"
+    log = kubectl([node("gpu-1"), renamed, node("gpu-3")])
+    result = apply(inventory, "--kubeconfig", kubeconfig, "--fleet", "--image", "r.example/g:1")
+    assert result.exit_code == 0, result.output
+    assert "node gpu-2 (host gpu-2): its kubernetes.io/hostname is gpu-2.lan" in result.stderr
+    assert "gpu-1 (host" not in result.stderr and "gpu-3 (host" not in result.stderr
+    assert [c["args"][4] for c in records(log) if c["args"][2] == "patch"] == [
+        "gpu-1",
+        "gpu-2",
+        "gpu-3",
+    ]
+    # The pools with no host (mig, vgpu) keep no Plan or documents; each Plan goes first.
+    deletes = [c["args"][2:] for c in records(log) if c["args"][2] == "delete"]
+    assert deletes == [
+        ["delete", "-n", "system-upgrade", "plans.upgrade.cattle.io", "gpuprov-mig",
+         "gpuprov-vgpu", "--ignore-not-found"],
+        ["delete", "-n", "system-upgrade", "configmaps", "gpuprov-fleet-mig", "gpuprov-fleet-vgpu",
+         "--ignore-not-found"],
+    ]  # fmt: skip
+    # Without --fleet no Plan is applied or deleted, and nothing is said.
+    log.unlink()
+    assert "hostname" not in apply(inventory, "--kubeconfig", kubeconfig).stderr
+    assert not [c for c in records(log) if c["args"][2] == "delete"]
+
+
 def test_dry_run_shows_kubectls_diff_and_changes_nothing(kubectl, setup):
     inventory, kubeconfig = setup
     log = kubectl([node("gpu-1"), node("gpu-2"), node("gpu-3")])

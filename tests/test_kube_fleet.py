@@ -39,11 +39,23 @@ def objects(tmp_path, replicas=4):
     return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(stream) if d}
 
 
-def test_one_plan_per_pool_selecting_its_label_with_its_concurrency_and_cordon(tmp_path):
+def hostnames(*names):
+    return [{"key": "kubernetes.io/hostname", "operator": "In", "values": list(names)}]
+
+
+def test_one_plan_per_pool_selecting_its_label_and_nodes_with_its_concurrency_and_cordon(
+    tmp_path,
+):
     found = objects(tmp_path)
     shared, whole = found["Plan", "gpuprov-shared"], found["Plan", "gpuprov-whole-card"]
-    assert shared["spec"]["nodeSelector"] == {"matchLabels": {"gpuprov.io/pool": "shared"}}
-    assert whole["spec"]["nodeSelector"] == {"matchLabels": {"gpuprov.io/pool": "whole_card"}}
+    assert shared["spec"]["nodeSelector"] == {
+        "matchLabels": {"gpuprov.io/pool": "shared"},
+        "matchExpressions": hostnames("gpu-a100-01", "gpu-a100-02"),
+    }
+    assert whole["spec"]["nodeSelector"] == {
+        "matchLabels": {"gpuprov.io/pool": "whole_card"},
+        "matchExpressions": hostnames("gpu-h200-01"),
+    }
     assert (shared["spec"]["concurrency"], whole["spec"]["concurrency"]) == (2, 1)
     assert shared["spec"]["cordon"] is True and "drain" not in shared["spec"]
     assert shared["spec"]["upgrade"]["image"] == IMAGE
@@ -109,6 +121,19 @@ def test_pools_whose_labels_cannot_tell_them_apart_are_refused(tmp_path):
     result = CliRunner().invoke(main, ["kube", "render", str(path), "--fleet", "--image", IMAGE])
     assert result.exit_code == 2, result.output
     assert "kube_node_labels" in result.stderr and "cannot select" in result.stderr
+
+
+def test_a_node_name_longer_than_a_label_value_is_refused(tmp_path):
+    # The Plan selects its nodes by kubernetes.io/hostname, whose value is at most 63 characters.
+    name = "gpu-" + "a" * 60
+    inventory = INVENTORY.replace(
+        '"gpu-a100-02"]', f'("gpu-a100-02", {{"kube_node_name": "{name}"}})]'
+    )
+    result = render(tmp_path, inventory=inventory)
+    assert result.exit_code == 2, result.output
+    assert "gpu-a100-02" in result.stderr and "kube_node_name" in result.stderr
+    assert name in result.stderr and "Traceback" not in result.output
+    assert render(tmp_path, inventory=inventory.replace(name, name[:63])).exit_code == 0
 
 
 def test_version_is_stable_and_follows_the_documents():

@@ -20,7 +20,7 @@ from gpuprov.core.cluster.nodes import node_change
 from gpuprov.core.cluster.queue_files import QUEUE_SCHEDULERS, queue_files
 from gpuprov.core.errors import InputError, Problem, shown
 from gpuprov.core.kube_names import label_problem
-from gpuprov.host.contract import EXIT_DRIFT, VGPU_NAMESPACE
+from gpuprov.host.contract import EXIT_DRIFT, FLEET_NAMESPACE, VGPU_NAMESPACE
 
 namespace_option = click.option(
     "--namespace",
@@ -213,7 +213,8 @@ def apply(
     cluster refused or could not be reached, 2 bad input (touching nothing). With --queues,
     the teams' queue objects too (server-side: fields others set stay); the scheduler's CRDs
     must be installed. With --fleet, the in-cluster deploy's Plans and what they need
-    (docs/fleet.md); system-upgrade-controller must be running (it creates the Plan CRD).
+    (docs/fleet.md), and the Plans and documents of pools left without a host are deleted;
+    system-upgrade-controller must be running (it creates the Plan CRD).
     """
     client = Kubectl(kubeconfig)
     client.check_kubeconfig()
@@ -235,6 +236,8 @@ def apply(
                     f"warning: node {node.name} (host {node.host}) is not in the cluster: skipped",
                     err=True,
                 )
+            elif fleet and (why := fleet_deploy.unselectable(node.name, nodes[node.name])):
+                click.echo(f"warning: node {node.name} (host {node.host}): {why}", err=True)
         stream = manifests.dump(
             rendered.config_maps() + rendered.queue_objects() + rendered.fleet_objects()
         )
@@ -243,6 +246,10 @@ def apply(
             click.echo(client.diff(stream), nl=False)
         else:
             client.apply(stream)
+        if fleet:
+            # The pools that lost their last host: their Plans and documents go (docs/fleet.md).
+            gone = fleet_deploy.left_over(rendered.fleet_objects())
+            click.echo(client.delete(FLEET_NAMESPACE, gone, dry_run=dry_run), nl=False)
         for change in changes:
             client.patch_node(change, dry_run=dry_run)
     except KubectlError as e:

@@ -171,6 +171,26 @@ class Kubectl:
         """Create the objects of ``manifests`` (JSON or YAML); fails if one exists."""
         return self._ok("kubectl create", "create", "-f", "-", stdin=manifests)
 
+    def delete(self, namespace: str, objects: list[tuple[str, str]], dry_run: bool = False) -> str:
+        """Delete ``objects`` (resource, name) of ``namespace``, those there; kubectl's report
+        (one line per object deleted). ``dry_run``: the API server checks it and keeps nothing."""
+        out = []
+        for resource in dict.fromkeys(r for r, _ in objects):
+            names = [n for r, n in objects if r == resource]
+            out.append(
+                self._ok(
+                    f"deleting {resource}",
+                    "delete",
+                    "-n",
+                    namespace,
+                    resource,
+                    *names,
+                    "--ignore-not-found",
+                    *(["--dry-run=server"] if dry_run else []),
+                )
+            )
+        return "".join(out)
+
     def diff(self, manifests: str) -> str:
         """What :meth:`apply` would change (``kubectl diff`` exits 1 when something differs)."""
         result = self.run(

@@ -8,7 +8,9 @@ What a pool gets (docs/fleet.md):
   ``<node>.json``, the ``gpuprov.plan/v1`` document of that one host, which
   ``gpuprov.core.plan_document`` reads back on the node);
 - a Plan ``gpuprov-<pool>`` (``upgrade.cattle.io/v1``): ``nodeSelector`` = the labels gpuprov
-  gives every node of the pool and no node of another pool, ``concurrency`` =
+  gives every node of the pool and no node of another pool, and the pool's node names
+  (``kubernetes.io/hostname In [...]``), so that the nodes a Plan selects change with its
+  version in one write and never with a node's labels alone, ``concurrency`` =
   ``fleet_concurrency``, ``cordon: true`` and no ``drain`` (gpuprov's deploy drains itself,
   through the API, only when its change disturbs pods), tolerations for the pool's own taints,
   and ``version`` = a hash of the pool's plan documents. The controller's ``latestHash`` is a
@@ -35,13 +37,21 @@ from typing import Any
 
 from gpuprov.core.cluster.pools import node_name, pool_labels, pool_taints
 from gpuprov.core.errors import InputError, Problem
+from gpuprov.core.kube_names import LABEL_MAX
 from gpuprov.core.plan import ClusterPlan, HostPlan
-from gpuprov.host.contract import FLEET_NAMESPACE, FLEET_PLAN_ANNOTATION
+from gpuprov.host.contract import FLEET_NAMESPACE, FLEET_PLAN_ANNOTATION, MODES
 
 PLAN_API = "upgrade.cattle.io/v1"
+PLAN_RESOURCE = "plans.upgrade.cattle.io"
 CONTROLLER_ACCOUNT = "system-upgrade-controller"
 JOB_ACCOUNT = "gpuprov-fleet"
 HOST_ROOT = "/host"  # where the controller mounts the node's root in every container (job.go)
+# The label SUC knows a node by (a Plan's candidates must carry it, its ``status.applying`` lists
+# its values: pkg/upgrade/plan/plan.go NodeSelector, SelectConcurrentNodes at v0.20.1). The
+# kubelet sets it to the name it registers its Node under (kubernetes v1.34.4
+# cmd/kubelet/app/server.go:1213-1217, ``nodeName := types.NodeName(hostname)``, and
+# pkg/kubelet/kubelet_node_status.go:307).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 # A ConfigMap holds at most 1 MiB (the API server's limit on an object in etcd).
 CONFIG_MAP_MAX = 1024 * 1024
 # Keys naming a file on the controller that the deploy reads (the rest of a plan is data): the
@@ -133,6 +143,18 @@ def pools(cluster: ClusterPlan) -> list[Pool]:
                     key="fleet_concurrency",
                 )
             )
+        for host in hosts:
+            if len(node_name(host)) > LABEL_MAX:
+                problems.append(
+                    Problem(
+                        cluster.inventory,
+                        f"node name {node_name(host)} is longer than a label value "
+                        f"({LABEL_MAX} characters): the pool's Plan selects its nodes by "
+                        f"{HOSTNAME_LABEL}",
+                        host=host.name,
+                        key="kube_node_name",
+                    )
+                )
         documents = {node_name(h): node_document(cluster, h) for h in hosts}
         documents = dict(sorted(documents.items()))
         out.append(Pool(mode, tuple(hosts), shared, min(concurrency), documents))
@@ -184,6 +206,44 @@ def render(
         *maps,
         *(_plan(p, image, namespace) for p in found),
     ]
+
+
+def left_over(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The Plans and ConfigMaps (resource, name) of the pools that ``objects``, a fleet render,
+    no longer has: a pool whose last host went to another group. Its Plan would stay, selecting
+    by names that may come back, with documents of a plan that is gone; each Plan comes before
+    its ConfigMap (SUC deletes the Jobs of a deleted Plan, ``pkg/upgrade/handle_batch.go``).
+
+    >>> plans = [{"kind": "Plan", "metadata": {"name": plan_name(m)}} for m in ("shared", "mig")]
+    >>> [name for _, name in left_over(plans)]
+    ['gpuprov-whole-card', 'gpuprov-fleet-whole-card', 'gpuprov-vgpu', 'gpuprov-fleet-vgpu']
+    """
+    present = {o["metadata"]["name"] for o in objects if o.get("kind") == "Plan"}
+    out = []
+    for mode in MODES:
+        if plan_name(mode) not in present:
+            out += [(PLAN_RESOURCE, plan_name(mode)), ("configmaps", config_map_name(mode))]
+    return out
+
+
+def unselectable(name: str, node: dict[str, Any]) -> str | None:
+    """Why no Plan can select the Node ``name`` (as the API server lists it), or None: its
+    ``kubernetes.io/hostname`` is not its name (a label set by hand; the kubelet sets the two
+    alike).
+
+    >>> unselectable("gpu-1", {"metadata": {"labels": {HOSTNAME_LABEL: "gpu-1"}}}) is None
+    True
+    >>> unselectable("gpu-1", {"metadata": {"labels": {HOSTNAME_LABEL: "gpu-1.lan"}}})
+    'its kubernetes.io/hostname is gpu-1.lan, not its name: the Plan of its pool selects nodes by that label and never selects it'
+    """
+    label = (node.get("metadata", {}).get("labels") or {}).get(HOSTNAME_LABEL)
+    if label == name:
+        return None
+    have = f"is {label}" if label is not None else "is not set"
+    return (
+        f"its {HOSTNAME_LABEL} {have}, not its name: the Plan of its pool selects nodes by "
+        "that label and never selects it"
+    )
 
 
 def image_problem(image: str) -> str | None:
@@ -242,7 +302,16 @@ def _plan(pool: Pool, image: str, namespace: str) -> dict[str, Any]:
         "spec": {
             "concurrency": pool.concurrency,
             "version": pool.version,
-            "nodeSelector": {"matchLabels": dict(sorted(pool.selector.items()))},
+            # The node names as well as the labels: a node regrouped by `kube apply` keeps its
+            # old pool's labels until its Node is patched, after the Plans; selected by labels
+            # alone, it would get a Job of its old pool's new version, whose ConfigMap no longer
+            # holds its document (seen in CI's lab: that Job failed and left the node cordoned).
+            "nodeSelector": {
+                "matchLabels": dict(sorted(pool.selector.items())),
+                "matchExpressions": [
+                    {"key": HOSTNAME_LABEL, "operator": "In", "values": sorted(pool.documents)}
+                ],
+            },
             "serviceAccountName": JOB_ACCOUNT,
             "cordon": True,
             "tolerations": tolerations,
