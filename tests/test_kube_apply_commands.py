@@ -276,6 +276,13 @@ def test_with_fleet_a_node_its_plan_cannot_select_is_named(kubectl, setup):
         ["delete", "-n", "system-upgrade", "configmaps", "gpuprov-fleet-mig", "gpuprov-fleet-vgpu",
          "--ignore-not-found"],
     ]  # fmt: skip
+    # --dry-run: the deletions are the API server's dry run too.
+    log.unlink()
+    dry = apply(inventory, "--kubeconfig", kubeconfig, "--fleet", "--image", "r.example/g:1",
+                "--dry-run")  # fmt: skip
+    assert dry.exit_code == 0, dry.output
+    deletes = [c["args"] for c in records(log) if c["args"][2] == "delete"]
+    assert len(deletes) == 2 and all("--dry-run=server" in d for d in deletes), deletes
     # Without --fleet no Plan is applied or deleted, and nothing is said.
     log.unlink()
     assert "hostname" not in apply(inventory, "--kubeconfig", kubeconfig).stderr
