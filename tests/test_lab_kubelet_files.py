@@ -95,7 +95,7 @@ def _kmsg_step(tmp_path: Path) -> list[str]:
     ]
     assert len(pre) == 1, pre
     return shlex.split(
-        pre[0].removeprefix("ExecStartPre=").replace("/dev/kmsg", str(tmp_path / "kmsg"))
+        pre[0].removeprefix("ExecStartPre=-").replace("/dev/kmsg", str(tmp_path / "kmsg"))
     )
 
 

@@ -119,7 +119,7 @@ def flags(node: str) -> list[str]:
 def unit(node: str) -> str:
     """The kubelet's systemd unit in a lab host."""
     binds = "".join(
-        f"ExecStartPre=/bin/sh -c 'grep -qx {value} /proc/sys/{name} || mount --bind -o ro "
+        f"ExecStartPre=-/bin/sh -c 'grep -qx {value} /proc/sys/{name} || mount --bind -o ro "
         f"{KERNEL_DIR}/{name.replace('/', '.')} /proc/sys/{name}'\n"
         for name, value in KERNEL_TUNABLES.items()
     )
@@ -141,7 +141,15 @@ def unit(node: str) -> str:
         # kernel log (lab/gpuprov_lab/packages/driver/nvidia-sim-kmsg).
         # -f: a link whose target is gone (the simulated log) is replaced, never an error that
         # fails the kubelet's start.
-        f"ExecStartPre=/bin/sh -c '[ -e {KERNEL_LOG_PATH} ] || ln -sfn /dev/console {KERNEL_LOG_PATH}'\n"
+        # "-": a step that fails does not fail the start. In these nspawn hosts systemd at times
+        # cannot put a new process in the unit's cgroup right after the last one was removed
+        # ("Failed to attach ... to compat systemd cgroup", "Failed to kill control group ...:
+        # Input/output error" in the journal on a restart); a step that meets it exits 219/CGROUP,
+        # and the deploy's `systemctl restart kubelet` failed with "the control process exited
+        # with error code" (seen once in CI). The steps are idempotent: a kubelet started
+        # without them exits, and Restart= runs them again 2 s later. kubeadm's own unit has no
+        # ExecStartPre; these are the lab's.
+        f"ExecStartPre=-/bin/sh -c '[ -e {KERNEL_LOG_PATH} ] || ln -sfn /dev/console {KERNEL_LOG_PATH}'\n"
         f"{binds}"
         f"ExecStart={KUBELET} {' '.join(flags(node))}\n"
         "Restart=always\n"

@@ -285,8 +285,10 @@ class Lab:
             env=self.env,
         )
         if check and result.returncode != 0:
+            # Enough of the output to hold a failed step's own lines (a restart's journal), which
+            # pyinfra prints before its results table.
             raise AssertionError(
-                f"deploy exited {result.returncode}:\n{result.stdout[-6000:]}{result.stderr[-3000:]}"
+                f"deploy exited {result.returncode}:\n{result.stdout[-20000:]}{result.stderr[-3000:]}"
             )
         return result
 
